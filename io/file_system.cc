@@ -1,0 +1,196 @@
+#include "io/file_system.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace shardyard::io {
+
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+class LocalFile : public RandomAccessFile {
+ public:
+  LocalFile(int fd, uint64_t size, std::string uri) : fd_(fd), size_(size), uri_(std::move(uri)) {}
+  ~LocalFile() override { ::close(fd_); }
+  Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
+    size_t done = 0;
+    auto* out = static_cast<char*>(dst);
+    while (done < n) {
+      ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        return io_error(uri_ + ": read failed at byte " + std::to_string(offset + done) + ": " +
+                        errno_text(errno));
+      }
+      if (got == 0) break;
+      done += static_cast<size_t>(got);
+    }
+    return done;
+  }
+  uint64_t size() const override { return size_; }
+  const std::string& uri() const override { return uri_; }
+
+ private:
+  int fd_;
+  uint64_t size_;
+  std::string uri_;
+};
+
+class LocalFileSystem : public FileSystem {
+ public:
+  Result<FileInfo> stat(const std::string& uri) override {
+    struct stat st {};
+    if (::stat(uri.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return not_found(uri + ": no such file");
+      return io_error(uri + ": stat failed: " + errno_text(errno));
+    }
+    FileInfo info;
+    info.uri = uri;
+    info.is_directory = S_ISDIR(st.st_mode);
+    info.size = static_cast<uint64_t>(st.st_size);
+    info.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    return info;
+  }
+
+  Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
+    int fd = ::open(uri.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return not_found(uri + ": no such file");
+      return io_error(uri + ": cannot open: " + errno_text(errno));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return io_error(uri + ": stat failed: " + errno_text(err));
+    }
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return invalid_argument(uri + ": is a directory, not a file");
+    }
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return std::unique_ptr<RandomAccessFile>(
+        new LocalFile(fd, static_cast<uint64_t>(st.st_size), uri));
+  }
+
+  Result<std::vector<std::string>> list(const std::string& dir_uri) override {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<std::string> out;
+    fs::recursive_directory_iterator it(dir_uri, ec), end;
+    if (ec) return io_error(dir_uri + ": cannot list: " + ec.message());
+    for (; it != end; it.increment(ec)) {
+      if (ec) return io_error(dir_uri + ": cannot list: " + ec.message());
+      if (it->is_regular_file(ec)) out.push_back(fs::relative(it->path(), dir_uri, ec).string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+class FileStream : public ByteStream {
+ public:
+  FileStream(std::shared_ptr<RandomAccessFile> file, size_t window)
+      : file_(std::move(file)), window_(std::max<size_t>(window, 512)) {}
+
+  Result<size_t> read(void* dst, size_t n) override {
+    auto* out = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < n) {
+      if (buf_pos_ < buf_.size()) {
+        size_t take = std::min(n - done, buf_.size() - buf_pos_);
+        std::memcpy(out + done, buf_.data() + buf_pos_, take);
+        buf_pos_ += take;
+        pos_ += take;
+        done += take;
+        continue;
+      }
+      if (n - done >= window_) {  // large read: straight into the caller's memory
+        SY_ASSIGN_OR_RETURN(size_t got, file_->read_at(pos_, out + done, n - done));
+        pos_ += got;
+        done += got;
+        break;
+      }
+      buf_.resize(window_);
+      SY_ASSIGN_OR_RETURN(size_t got, file_->read_at(pos_, buf_.data(), window_));
+      buf_.resize(got);
+      buf_pos_ = 0;
+      if (got == 0) break;
+    }
+    return done;
+  }
+
+  Status skip(uint64_t n) override {
+    uint64_t in_buf = buf_.size() - buf_pos_;
+    if (n <= in_buf) {
+      buf_pos_ += n;
+    } else {
+      buf_.clear();
+      buf_pos_ = 0;
+    }
+    pos_ += n;
+    return Status::ok();
+  }
+
+  uint64_t position() const override { return pos_; }
+
+ private:
+  std::shared_ptr<RandomAccessFile> file_;
+  size_t window_;
+  std::string buf_;
+  size_t buf_pos_ = 0;
+  uint64_t pos_ = 0;
+};
+
+class MemoryStream : public ByteStream {
+ public:
+  explicit MemoryStream(std::string bytes) : bytes_(std::move(bytes)) {}
+  Result<size_t> read(void* dst, size_t n) override {
+    size_t take = pos_ >= bytes_.size() ? 0 : std::min<uint64_t>(n, bytes_.size() - pos_);
+    if (take > 0) std::memcpy(dst, bytes_.data() + pos_, take);
+    pos_ += take;
+    return take;
+  }
+  Status skip(uint64_t n) override {
+    pos_ += n;
+    return Status::ok();
+  }
+  uint64_t position() const override { return pos_; }
+
+ private:
+  std::string bytes_;
+  uint64_t pos_ = 0;
+};
+
+}  // namespace
+
+FileSystem& local_file_system() {
+  static LocalFileSystem fs;
+  return fs;
+}
+
+Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n) {
+  SY_ASSIGN_OR_RETURN(size_t got, f.read_at(offset, dst, n));
+  if (got != n)
+    return corrupt(f.uri() + ": truncated: wanted " + std::to_string(n) + " bytes at byte " +
+                   std::to_string(offset) + ", file ends at byte " +
+                   std::to_string(offset + got));
+  return Status::ok();
+}
+
+std::unique_ptr<ByteStream> file_stream(std::shared_ptr<RandomAccessFile> file, size_t window) {
+  return std::make_unique<FileStream>(std::move(file), window);
+}
+
+std::unique_ptr<ByteStream> memory_stream(std::string bytes) {
+  return std::make_unique<MemoryStream>(std::move(bytes));
+}
+
+}  // namespace shardyard::io

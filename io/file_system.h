@@ -1,0 +1,72 @@
+// FileSystem: where source bytes come from.
+//
+// A FileSystem resolves a uri to metadata, a random-access reader, or a listing. This
+// release has the local file system; HTTP(S) and S3 implement the same interface later
+// (with connection reuse, ranged reads and retries inside the implementation). Test
+// doubles (in memory, failing) live in tests/io/.
+//
+// Thread-safety: FileSystem implementations are thread-safe. A RandomAccessFile may be
+// read from several threads at once (read_at has no cursor); a ByteStream has one owner.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace shardyard::io {
+
+struct FileInfo {
+  std::string uri;
+  bool is_directory = false;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads up to n bytes at `offset`; fewer only at the end of the file.
+  virtual Result<size_t> read_at(uint64_t offset, void* dst, size_t n) = 0;
+  virtual uint64_t size() const = 0;
+  virtual const std::string& uri() const = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  // kNotFound when the uri does not exist.
+  virtual Result<FileInfo> stat(const std::string& uri) = 0;
+  virtual Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) = 0;
+  // Regular files below a directory, recursively, as sorted paths relative to it.
+  virtual Result<std::vector<std::string>> list(const std::string& dir_uri) = 0;
+};
+
+// The process's local file system (a singleton).
+FileSystem& local_file_system();
+
+// Reads exactly n bytes at offset or fails with a message naming the file and offset.
+Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n);
+
+// A sequential byte stream with skipping (file, decompressor).
+class ByteStream {
+ public:
+  virtual ~ByteStream() = default;
+  // Reads up to n bytes; returns 0 only at the end of the stream.
+  virtual Result<size_t> read(void* dst, size_t n) = 0;
+  // Skips n bytes (seeks where it can). Skipping past the end is not an error here; the
+  // next read returns 0.
+  virtual Status skip(uint64_t n) = 0;
+  virtual uint64_t position() const = 0;
+};
+
+// A stream over a RandomAccessFile with a small read-ahead window: reads of headers inside
+// the window cost no system call, skips beyond it seek (so large payloads are not read).
+std::unique_ptr<ByteStream> file_stream(std::shared_ptr<RandomAccessFile> file,
+                                        size_t window_bytes = 64 << 10);
+// A stream over bytes in memory (tests, fuzzing).
+std::unique_ptr<ByteStream> memory_stream(std::string bytes);
+
+}  // namespace shardyard::io

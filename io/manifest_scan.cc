@@ -1,0 +1,281 @@
+#include "io/manifest_scan.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "io/gzip.h"
+#include "io/tar.h"
+#include "runtime/hash.h"
+
+namespace shardyard::io {
+
+namespace {
+
+// Groups consecutive members by key into SampleEntry records.
+class SampleGrouper {
+ public:
+  SampleGrouper(SourceEntry* out, const std::string& source) : out_(out), source_(source) {}
+  Status add(const std::string& path, uint64_t begin, uint64_t end, uint64_t size) {
+    auto kf = split_key(path);
+    if (!kf.is_ok()) return corrupt(source_ + " at byte " + std::to_string(begin) + ": " + kf.status().message());
+    if (has_current_ && kf->key == current_.key) {
+      if (kf->field == last_field_)
+        return corrupt(source_ + " at byte " + std::to_string(begin) + ": member '" + path +
+                       "' repeats a field of the same sample");
+      current_.end = end;
+      current_.payload_bytes += size;
+    } else {
+      flush();
+      current_ = SampleEntry{std::string(kf->key), begin, end, size};
+      has_current_ = true;
+    }
+    last_field_ = std::string(kf->field);
+    return Status::ok();
+  }
+  void flush() {
+    if (has_current_) out_->samples.push_back(std::move(current_));
+    has_current_ = false;
+  }
+  void drop_current() { has_current_ = false; }
+
+ private:
+  SourceEntry* out_;
+  const std::string& source_;
+  SampleEntry current_;
+  bool has_current_ = false;
+  std::string last_field_;
+};
+
+Status scan_tar_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e, OnCorrupt policy) {
+  SY_ASSIGN_OR_RETURN(auto file, fs.open(ref.uri));
+  std::shared_ptr<RandomAccessFile> shared(std::move(file));
+  e->size_bytes = shared->size();
+  bool gz = ref.kind == SourceKind::kTarGz || looks_gzip(*shared);
+  if (gz) e->kind = SourceKind::kTarGz;
+  auto stream = gz ? gzip_stream(shared) : file_stream(shared);
+  SampleGrouper group(e, ref.uri);
+  Status st = scan_tar(*stream, ref.uri, [&](const TarEntry& t) -> Status {
+    if (!t.regular) return Status::ok();
+    return group.add(t.path, t.start_offset, t.end_offset(), t.size);
+  });
+  if (!st.is_ok()) {
+    if (policy == OnCorrupt::kFail || st.code() != StatusCode::kCorrupt) return st;
+    group.drop_current();  // the sample in progress may be incomplete
+    e->damaged = true;
+    e->damaged_at = stream->position();
+    e->damage = st.message();
+    return Status::ok();
+  }
+  group.flush();
+  if (e->samples.empty()) {
+    Status empty = corrupt(ref.uri + ": shard has no samples (empty archive)");
+    if (policy == OnCorrupt::kFail) return empty;
+    e->damaged = true;
+    e->damage = empty.message();
+  }
+  return Status::ok();
+}
+
+Status scan_directory_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e,
+                             OnCorrupt policy) {
+  SY_ASSIGN_OR_RETURN(e->files, fs.list(ref.uri));
+  SampleGrouper group(e, ref.uri);
+  for (size_t i = 0; i < e->files.size(); ++i) {
+    SY_ASSIGN_OR_RETURN(auto info, fs.stat(ref.uri + "/" + e->files[i]));
+    e->size_bytes += info.size;
+    Status st = group.add(e->files[i], i, i + 1, info.size);
+    if (!st.is_ok()) {
+      if (policy == OnCorrupt::kFail) return st;
+      e->damaged = true;
+      e->damaged_at = i;
+      e->damage = st.message();
+      group.drop_current();
+      e->files.resize(i);  // keep only files before the damage
+      return Status::ok();
+    }
+  }
+  group.flush();
+  if (e->samples.empty()) {
+    Status empty = corrupt(ref.uri + ": directory has no samples");
+    if (policy == OnCorrupt::kFail) return empty;
+    e->damaged = true;
+    e->damage = empty.message();
+  }
+  return Status::ok();
+}
+
+std::string cache_key(const std::vector<SourceRef>& refs) {
+  Hasher h;
+  for (const auto& r : refs) h.add_string(r.uri);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h.digest()));
+  return buf;
+}
+
+// A cached manifest is fresh when it lists the same sources with the same size and mtime.
+bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>& refs) {
+  if (m.sources.size() != refs.size()) return false;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const auto& s = m.sources[i];
+    if (s.uri != refs[i].uri) return false;
+    auto info = fs.stat(s.uri);
+    if (!info.is_ok()) {
+      bool still_missing = info.status().code() == StatusCode::kNotFound;
+      if (s.damaged && s.samples.empty() && still_missing) continue;
+      return false;
+    }
+    if (s.kind == SourceKind::kDirectory) return false;  // directories are cheap: rescan
+    if (info->size != s.size_bytes || info->mtime_ns != s.mtime_ns) return false;
+  }
+  return true;
+}
+
+Status make_dirs(const std::string& dir) {
+  std::string at;
+  std::stringstream in(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') at = "/";
+  while (std::getline(in, part, '/')) {
+    if (part.empty()) continue;
+    at += part + "/";
+    if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST)
+      return io_error("cannot create directory " + at + ": " + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt on_corrupt) {
+  SourceEntry e;
+  e.uri = ref.uri;
+  e.kind = ref.kind;
+  auto info = fs.stat(ref.uri);
+  if (!info.is_ok()) {
+    if (on_corrupt == OnCorrupt::kFail || info.status().code() != StatusCode::kNotFound)
+      return Status(info.status().code(), "missing shard: " + info.status().message());
+    e.damaged = true;
+    e.damage = "missing shard: " + info.status().message();
+    return e;
+  }
+  e.mtime_ns = info->mtime_ns;
+  if (info->is_directory) {
+    e.kind = SourceKind::kDirectory;
+    SY_RETURN_IF_ERROR(scan_directory_source(fs, ref, &e, on_corrupt));
+  } else {
+    SY_RETURN_IF_ERROR(scan_tar_source(fs, ref, &e, on_corrupt));
+  }
+  return e;
+}
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("SHARDYARD_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/shardyard";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/shardyard";
+  return "/tmp/shardyard-cache";
+}
+
+Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& patterns,
+                                const ScanOptions& options, ScanReport* report) {
+  ScanReport local;
+  if (report == nullptr) report = &local;
+  SY_ASSIGN_OR_RETURN(auto refs, resolve_sources(fs, patterns));
+
+  std::string cache_path;
+  if (!options.cache_dir.empty()) {
+    cache_path = options.cache_dir + "/" + cache_key(refs) + ".manifest";
+    report->cache_path = cache_path;
+    auto cached = load_manifest(cache_path);
+    if (cached.is_ok() && cache_fresh(fs, *cached, refs)) {
+      // A cached manifest with damage is only valid under the policy that accepts it.
+      if (options.on_corrupt == OnCorrupt::kSkip || cached->num_damaged() == 0) {
+        report->from_cache = true;
+        for (const auto& s : cached->sources)
+          if (s.damaged) report->warnings.push_back(s.damage);
+        return std::move(cached).value();
+      }
+    }
+  }
+
+  Manifest m;
+  m.sources.resize(refs.size());
+  std::vector<Status> errors(refs.size());
+  std::atomic<size_t> next{0};
+  unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
+  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(refs.size())));
+  auto work = [&] {
+    for (size_t i = next++; i < refs.size(); i = next++) {
+      auto r = scan_source(fs, refs[i], options.on_corrupt);
+      if (r.is_ok()) {
+        m.sources[i] = std::move(r).value();
+      } else {
+        errors[i] = r.status();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors) SY_RETURN_IF_ERROR(e);  // the first source's error wins
+  for (const auto& s : m.sources)
+    if (s.damaged) report->warnings.push_back(s.damage);
+  if (m.num_samples() == 0) return corrupt("the dataset has no readable samples");
+  m.fingerprint = compute_fingerprint(m);
+
+  if (!cache_path.empty()) {
+    // A cache that cannot be written costs speed, not correctness: warn and go on.
+    Status st = make_dirs(options.cache_dir);
+    if (st.is_ok()) st = save_manifest(m, cache_path);
+    if (!st.is_ok()) report->warnings.push_back("manifest cache not written: " + st.message());
+  }
+  return m;
+}
+
+Status save_manifest(const Manifest& m, const std::string& path) {
+  std::string bytes = encode_manifest(m);
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return io_error("cannot write " + tmp + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return io_error("cannot flush " + tmp + ": " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return io_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+Result<Manifest> load_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(path + ": no manifest here");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return decode_manifest(ss.str(), path);
+}
+
+}  // namespace shardyard::io

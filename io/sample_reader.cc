@@ -1,0 +1,148 @@
+#include "io/sample_reader.h"
+
+#include <algorithm>
+
+#include "io/gzip.h"
+#include "io/tar.h"
+
+namespace shardyard::io {
+
+struct SampleReader::GzCursor {
+  std::unique_ptr<ByteStream> stream;
+};
+
+SampleReader::SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
+                           std::shared_ptr<BufferPool> pool, size_t max_open_files)
+    : fs_(fs), manifest_(std::move(manifest)), pool_(std::move(pool)),
+      max_open_(std::max<size_t>(1, max_open_files)) {}
+
+SampleReader::~SampleReader() = default;
+
+Result<std::shared_ptr<RandomAccessFile>> SampleReader::file(uint32_t source) {
+  auto it = open_.find(source);
+  if (it != open_.end()) {
+    lru_.remove(source);
+    lru_.push_front(source);
+    return it->second;
+  }
+  SY_ASSIGN_OR_RETURN(auto f, fs_.open(manifest_->sources[source].uri));
+  std::shared_ptr<RandomAccessFile> shared(std::move(f));
+  if (open_.size() >= max_open_) {
+    open_.erase(lru_.back());
+    gz_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  open_[source] = shared;
+  lru_.push_front(source);
+  return shared;
+}
+
+Status SampleReader::read(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                          std::vector<Item>* out) {
+  const auto& src = manifest_->sources.at(source);
+  if (first >= last) return Status::ok();
+  if (last > src.samples.size())
+    return internal_error(src.uri + ": asked for samples up to " + std::to_string(last) +
+                          " of " + std::to_string(src.samples.size()));
+  if (src.kind == SourceKind::kDirectory) return read_dir(source, first, last, id, out);
+  return read_tar(source, first, last, id, out);
+}
+
+Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                              std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  SY_ASSIGN_OR_RETURN(auto f, file(source));
+  auto buf = pool_->acquire(end - begin);
+  if (src.kind == SourceKind::kTarGz) {
+    auto& cur = gz_[source];
+    if (!cur || cur->stream->position() > begin) {
+      cur = std::make_unique<GzCursor>();
+      cur->stream = gzip_stream(f);
+    }
+    SY_RETURN_IF_ERROR(cur->stream->skip(begin - cur->stream->position()));
+    size_t done = 0;
+    while (done < end - begin) {
+      SY_ASSIGN_OR_RETURN(size_t got, cur->stream->read(buf->data() + done, end - begin - done));
+      if (got == 0)
+        return corrupt(src.uri + ": truncated at uncompressed byte " +
+                       std::to_string(begin + done) + " (changed since its manifest was built?)");
+      done += got;
+    }
+  } else {
+    Status st = read_exact(*f, begin, buf->data(), end - begin);
+    if (!st.is_ok())
+      return Status(st.code(), st.message() + " (changed since its manifest was built?)");
+  }
+  bytes_read_ += end - begin;
+  return parse(source, std::move(buf), begin, first, last, id, out);
+}
+
+Status SampleReader::parse(uint32_t source, std::shared_ptr<Buffer> buf, uint64_t base,
+                           uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  uint64_t sample = first;
+  Item* cur = nullptr;
+  std::shared_ptr<const void> owner = buf;
+  auto mismatch = [&](uint64_t offset, const std::string& what) {
+    return corrupt(src.uri + " at byte " + std::to_string(offset) + ": " + what +
+                   " (the shard changed since its manifest was built; rebuild it)");
+  };
+  SY_RETURN_IF_ERROR(parse_tar_buffer(
+      buf->data(), buf->size(), base, src.uri,
+      [&](const TarEntry& e, const uint8_t* payload) -> Status {
+        if (!e.regular) return Status::ok();
+        SY_ASSIGN_OR_RETURN(auto kf, split_key(e.path));
+        if (cur == nullptr || kf.key != cur->key) {
+          if (sample >= last) return mismatch(e.start_offset, "more samples than expected");
+          const auto& want = src.samples[sample];
+          if (e.start_offset != want.begin || kf.key != want.key)
+            return mismatch(e.start_offset, "expected sample '" + want.key + "'");
+          out->emplace_back();
+          cur = &out->back();
+          cur->id = id + (sample - first);
+          cur->key = std::string(kf.key);
+          cur->owners.push_back(owner);
+          cur->fields.reserve(4);
+          ++sample;
+        }
+        Field f{std::string(kf.field), payload, static_cast<size_t>(e.size)};
+        // Members usually arrive in name order; insert sorted otherwise.
+        if (cur->fields.empty() || cur->fields.back().name < f.name) {
+          cur->fields.push_back(std::move(f));
+        } else {
+          cur->set_field_view(std::move(f.name), f.data, f.size);
+        }
+        return Status::ok();
+      }));
+  if (sample != last)
+    return mismatch(base + buf->size(), "found " + std::to_string(sample - first) +
+                                            " samples where the manifest has " +
+                                            std::to_string(last - first));
+  return Status::ok();
+}
+
+Status SampleReader::read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                              std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  for (uint64_t s = first; s < last; ++s) {
+    const auto& e = src.samples[s];
+    Item item;
+    item.id = id + (s - first);
+    item.key = e.key;
+    for (uint64_t k = e.begin; k < e.end; ++k) {
+      const std::string& rel = src.files.at(k);
+      SY_ASSIGN_OR_RETURN(auto f, fs_.open(src.uri + "/" + rel));
+      auto buf = pool_->acquire(f->size());
+      SY_RETURN_IF_ERROR(read_exact(*f, 0, buf->data(), f->size()));
+      bytes_read_ += f->size();
+      SY_ASSIGN_OR_RETURN(auto kf, split_key(rel));
+      item.set_field_view(std::string(kf.field), buf->data(), buf->size());
+      item.owners.push_back(std::move(buf));
+    }
+    out->push_back(std::move(item));
+  }
+  return Status::ok();
+}
+
+}  // namespace shardyard::io

@@ -1,0 +1,59 @@
+// SampleReader: reads a run of a source's samples into items, one read per run.
+//
+// For a tar shard the byte range of samples [first, last) (known from the manifest) is read
+// with one positioned read into a pooled page-aligned buffer and parsed in place; every
+// item's fields are views into that buffer, which the items keep alive. A gzip-compressed
+// shard is inflated forward from where this reader last stopped (restarting only when asked
+// for an earlier run). A directory source reads the run's files. What is read is checked
+// against the manifest (keys and member boundaries), so a shard that changed since its
+// manifest was built is reported as corrupt, not silently misread.
+//
+// Single-owner: one SampleReader per worker thread (it caches open files).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/file_system.h"
+#include "runtime/buffer.h"
+#include "runtime/item.h"
+#include "runtime/manifest.h"
+
+namespace shardyard::io {
+
+class SampleReader {
+ public:
+  SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
+               std::shared_ptr<BufferPool> pool, size_t max_open_files = 64);
+  ~SampleReader();
+  // Appends samples [first, last) of source `source` to `out`; item ids are
+  // first_item_id, first_item_id + 1, ... (shard is left for the caller to set).
+  Status read(uint32_t source, uint64_t first, uint64_t last, uint64_t first_item_id,
+              std::vector<Item>* out);
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  struct GzCursor;
+  Result<std::shared_ptr<RandomAccessFile>> file(uint32_t source);
+  Status read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                  std::vector<Item>* out);
+  Status read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                  std::vector<Item>* out);
+  Status parse(uint32_t source, std::shared_ptr<Buffer> buf, uint64_t base, uint64_t first,
+               uint64_t last, uint64_t id, std::vector<Item>* out);
+
+  FileSystem& fs_;
+  std::shared_ptr<const Manifest> manifest_;
+  std::shared_ptr<BufferPool> pool_;
+  size_t max_open_;
+  std::list<uint32_t> lru_;  // most recent first
+  std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> open_;
+  std::unordered_map<uint32_t, std::unique_ptr<GzCursor>> gz_;
+  uint64_t bytes_read_ = 0;
+};
+
+}  // namespace shardyard::io

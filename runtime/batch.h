@@ -1,0 +1,68 @@
+// Batch: B items of one rank at one step, laid out column by column.
+//
+// Each field is one contiguous, page-aligned byte buffer plus B+1 offsets (the layout of
+// Arrow's binary arrays): item i's bytes are data[offsets[i], offsets[i+1]). A field that
+// has the same size in every item is therefore a [B, size] tensor without another copy.
+// An item that lacks a field has an empty entry there (offsets[i] == offsets[i+1]) and
+// `present` says which items have it.
+//
+// A Batch owns its buffers (returned to the pool when it is destroyed). Immutable after
+// build_batch(); safe to read from several threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/buffer.h"
+#include "runtime/item.h"
+
+namespace shardyard {
+
+struct Column {
+  std::string name;
+  std::shared_ptr<Buffer> buffer;  // contiguous bytes of all items
+  std::vector<uint64_t> offsets;   // size() + 1 entries
+  std::vector<bool> present;       // which items have the field
+
+  const uint8_t* data() const { return buffer->data(); }
+  uint64_t bytes() const { return offsets.back(); }
+  std::string_view value(size_t i) const {
+    return {reinterpret_cast<const char*>(buffer->data()) + offsets[i],
+            static_cast<size_t>(offsets[i + 1] - offsets[i])};
+  }
+  // The common size when every item has the field with the same size, else -1.
+  int64_t fixed_size() const;
+};
+
+class Batch {
+ public:
+  uint32_t epoch() const { return epoch_; }
+  uint64_t step() const { return step_; }
+  uint32_t rank() const { return rank_; }
+  size_t size() const { return keys_.size(); }
+  const std::vector<std::string>& keys() const { return keys_; }
+  const std::vector<uint64_t>& item_ids() const { return ids_; }
+  const std::vector<Column>& columns() const { return columns_; }
+  const Column* field(std::string_view name) const;
+  uint64_t payload_bytes() const;
+
+ private:
+  friend Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step,
+                           uint32_t rank, BufferPool& pool);
+  uint32_t epoch_ = 0;
+  uint64_t step_ = 0;
+  uint32_t rank_ = 0;
+  std::vector<std::string> keys_;
+  std::vector<uint64_t> ids_;
+  std::vector<Column> columns_;  // sorted by name
+};
+
+// Collates items (in order) into a batch: one copy of each payload into its column. The
+// items are left without keys (moved out) and should be dropped afterwards.
+Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
+                  BufferPool& pool);
+
+}  // namespace shardyard

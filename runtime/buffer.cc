@@ -1,0 +1,83 @@
+#include "runtime/buffer.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace shardyard {
+
+namespace {
+constexpr size_t kPage = 4096;
+uint8_t* allocate_aligned(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kPage, bytes == 0 ? kPage : bytes) != 0) throw std::bad_alloc();
+  return static_cast<uint8_t*>(p);
+}
+}  // namespace
+
+Buffer::~Buffer() {
+  if (pool_) {
+    pool_->release(data_, capacity_);
+  } else {
+    std::free(data_);
+  }
+}
+
+std::shared_ptr<BufferPool> BufferPool::create(size_t max_cached_bytes) {
+  return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes));
+}
+
+BufferPool::~BufferPool() {
+  for (auto& [cap, p] : idle_) std::free(p);
+}
+
+size_t BufferPool::size_class(size_t bytes) {
+  if (bytes <= kPage) return kPage;
+  // Powers of two up to 1 MiB, then multiples of 1 MiB: at most 2x waste for small
+  // buffers and under 1 MiB for large ones.
+  if (bytes <= (1u << 20)) {
+    size_t c = kPage;
+    while (c < bytes) c <<= 1;
+    return c;
+  }
+  return (bytes + (1u << 20) - 1) & ~static_cast<size_t>((1u << 20) - 1);
+}
+
+std::shared_ptr<Buffer> BufferPool::acquire(size_t bytes) {
+  const size_t cls = size_class(bytes);
+  uint8_t* data = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = idle_.size(); i-- > 0;) {
+      if (idle_[i].first == cls) {
+        data = idle_[i].second;
+        idle_[i] = idle_.back();
+        idle_.pop_back();
+        idle_bytes_ -= cls;
+        break;
+      }
+    }
+  }
+  if (data == nullptr) data = allocate_aligned(cls);
+  auto buf = std::shared_ptr<Buffer>(new Buffer(data, cls, shared_from_this()));
+  buf->set_size(bytes);
+  return buf;
+}
+
+void BufferPool::release(uint8_t* data, size_t capacity) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_bytes_ + capacity <= max_cached_) {
+      idle_.emplace_back(capacity, data);
+      idle_bytes_ += capacity;
+      return;
+    }
+  }
+  std::free(data);
+}
+
+size_t BufferPool::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_bytes_;
+}
+
+}  // namespace shardyard

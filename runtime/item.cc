@@ -1,0 +1,44 @@
+#include "runtime/item.h"
+
+#include <algorithm>
+
+namespace shardyard {
+
+const Field* Item::field(std::string_view name) const {
+  for (const auto& f : fields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+uint64_t Item::payload_bytes() const {
+  uint64_t n = 0;
+  for (const auto& f : fields) n += f.size;
+  return n;
+}
+
+void Item::set_field_view(std::string name, const uint8_t* data, size_t size) {
+  auto it = std::lower_bound(fields.begin(), fields.end(), name,
+                             [](const Field& f, const std::string& n) { return f.name < n; });
+  if (it != fields.end() && it->name == name) {
+    it->data = data;
+    it->size = size;
+  } else {
+    fields.insert(it, Field{std::move(name), data, size});
+  }
+}
+
+void Item::set_field(std::string name, std::string bytes) {
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  const auto* data = reinterpret_cast<const uint8_t*>(owned->data());
+  size_t size = owned->size();
+  owners.push_back(std::move(owned));
+  set_field_view(std::move(name), data, size);
+}
+
+void Item::remove_field(std::string_view name) {
+  fields.erase(std::remove_if(fields.begin(), fields.end(),
+                              [&](const Field& f) { return f.name == name; }),
+               fields.end());
+}
+
+}  // namespace shardyard

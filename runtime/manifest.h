@@ -1,0 +1,75 @@
+// Manifest: what a dataset holds, per source, and the dataset's fingerprint.
+//
+// A manifest lists every source (a tar shard, a gzip-compressed tar shard, or a directory
+// of sample files) with its samples: key and where the sample's members lie. Planning
+// (logical shards, the global order, steps per epoch) is a pure function of the sample
+// counts; readers use the byte ranges to read a run of samples without scanning the source
+// again. Building a manifest needs I/O and lives in io/manifest_scan.h; this header is
+// plain data plus its versioned on-disk format (see docs/manifest-format.md).
+//
+// Thread-compatible: a Manifest is immutable once built and may be shared read-only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace shardyard {
+
+enum class SourceKind : uint8_t {
+  kTar = 0,        // seekable tar file: byte ranges are file offsets
+  kTarGz = 1,      // gzip-compressed tar: byte ranges are offsets in the uncompressed stream
+  kDirectory = 2,  // directory of sample files: ranges index `files`
+};
+const char* source_kind_name(SourceKind kind);
+
+struct SampleEntry {
+  std::string key;
+  uint64_t begin = 0;  // first byte of the sample's first member header (tar), or file index
+  uint64_t end = 0;    // one past the sample's last member incl. padding, or file index
+  uint64_t payload_bytes = 0;  // sum of the sample's field sizes
+};
+
+struct SourceEntry {
+  std::string uri;  // as given by the user after pattern expansion
+  SourceKind kind = SourceKind::kTar;
+  uint64_t size_bytes = 0;  // size of the file as scanned (sum of files for a directory)
+  int64_t mtime_ns = 0;     // modification time as scanned; a cache is stale when it differs
+  std::vector<SampleEntry> samples;
+  std::vector<std::string> files;  // kDirectory only: member files relative to uri, sorted
+  // Set when the scan met damage and the policy was to skip it: the samples above are the
+  // intact ones before `damaged_at`, a byte offset (or file index); the rest is skipped.
+  bool damaged = false;
+  uint64_t damaged_at = 0;
+  std::string damage;  // what was wrong, for the warning
+};
+
+struct Manifest {
+  std::vector<SourceEntry> sources;
+  uint64_t fingerprint = 0;  // see compute_fingerprint()
+
+  uint64_t num_samples() const;
+  uint64_t payload_bytes() const;
+  size_t num_damaged() const;
+  // True when every source can be read at any sample without reading those before it.
+  bool seekable() const;
+  std::string fingerprint_hex() const;
+};
+
+// The fingerprint identifies the dataset's content layout, not where it is stored: it
+// hashes each source's base name and kind and each sample's key and byte range, so the
+// same shards copied elsewhere (or served over HTTP) keep their fingerprint, while a
+// changed, added, removed or reordered shard changes it.
+uint64_t compute_fingerprint(const Manifest& m);
+
+// Versioned binary encoding (magic "SYMANIF\0", format version, body, 64-bit checksum).
+std::string encode_manifest(const Manifest& m);
+// Decodes and validates magic, version and checksum; `name` is used in error messages.
+Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name);
+
+inline constexpr uint32_t kManifestFormatVersion = 1;
+
+}  // namespace shardyard

@@ -1,0 +1,146 @@
+#include "runtime/pipeline.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace shardyard {
+
+namespace {
+thread_local const WorkerInfo* t_worker = nullptr;
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, ','))
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+Result<std::string> require(const StageParams& p, const std::string& stage, const char* key) {
+  auto it = p.find(key);
+  if (it == p.end() || it->second.empty())
+    return invalid_argument("stage '" + stage + "' needs the parameter '" + key + "'");
+  return it->second;
+}
+
+class FieldListStage : public Stage {
+ public:
+  FieldListStage(std::vector<std::string> fields, bool keep)
+      : fields_(std::move(fields)), keep_(keep) {}
+  Status process(Item& item, StageContext&) override {
+    auto listed = [&](const Field& f) {
+      return std::find(fields_.begin(), fields_.end(), f.name) != fields_.end();
+    };
+    item.fields.erase(std::remove_if(item.fields.begin(), item.fields.end(),
+                                     [&](const Field& f) { return listed(f) != keep_; }),
+                      item.fields.end());
+    return Status::ok();
+  }
+
+ private:
+  std::vector<std::string> fields_;
+  bool keep_;
+};
+
+class RenameStage : public Stage {
+ public:
+  RenameStage(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {}
+  Status process(Item& item, StageContext&) override {
+    const Field* f = item.field(from_);
+    if (f == nullptr) return Status::ok();
+    Field copy = *f;
+    item.remove_field(from_);
+    item.set_field_view(to_, copy.data, copy.size);
+    return Status::ok();
+  }
+
+ private:
+  std::string from_, to_;
+};
+
+class FnStage : public Stage {
+ public:
+  explicit FnStage(MapFn fn) : fn_(std::move(fn)) {}
+  Status process(Item& item, StageContext& ctx) override { return fn_(item, ctx); }
+
+ private:
+  MapFn fn_;
+};
+}  // namespace
+
+const WorkerInfo* current_worker() { return t_worker; }
+
+ScopedWorkerInfo::ScopedWorkerInfo(const WorkerInfo* info) : previous_(t_worker) {
+  t_worker = info;
+}
+ScopedWorkerInfo::~ScopedWorkerInfo() { t_worker = previous_; }
+
+Spec& Spec::map(std::string type, StageParams params) {
+  stages_.push_back(StageSpec{std::move(type), std::move(params)});
+  return *this;
+}
+
+StageFactory map_stage(MapFn fn) {
+  return [fn = std::move(fn)](const StageParams&) -> Result<std::unique_ptr<Stage>> {
+    return std::unique_ptr<Stage>(new FnStage(fn));
+  };
+}
+
+StageRegistry::StageRegistry() {
+  factories_["select_fields"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
+    SY_ASSIGN_OR_RETURN(auto fields, require(p, "select_fields", "fields"));
+    return std::unique_ptr<Stage>(new FieldListStage(split_list(fields), true));
+  };
+  factories_["drop_fields"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
+    SY_ASSIGN_OR_RETURN(auto fields, require(p, "drop_fields", "fields"));
+    return std::unique_ptr<Stage>(new FieldListStage(split_list(fields), false));
+  };
+  factories_["rename_field"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
+    SY_ASSIGN_OR_RETURN(auto from, require(p, "rename_field", "from"));
+    SY_ASSIGN_OR_RETURN(auto to, require(p, "rename_field", "to"));
+    return std::unique_ptr<Stage>(new RenameStage(from, to));
+  };
+}
+
+StageRegistry& StageRegistry::global() {
+  static StageRegistry registry;
+  return registry;
+}
+
+Status StageRegistry::add(const std::string& type, StageFactory factory) {
+  if (type.empty() || !factory) return invalid_argument("a stage type needs a name and a factory");
+  std::lock_guard<std::mutex> lock(mu_);
+  factories_[type] = std::move(factory);
+  return Status::ok();
+}
+
+bool StageRegistry::contains(const std::string& type) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return factories_.count(type) > 0;
+}
+
+Result<std::unique_ptr<Stage>> StageRegistry::make(const StageSpec& spec) const {
+  StageFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = factories_.find(spec.type);
+    if (it == factories_.end())
+      return invalid_argument("unknown stage type '" + spec.type +
+                              "': register it with StageRegistry::global().add() in every "
+                              "process that runs workers");
+    factory = it->second;
+  }
+  return factory(spec.params);
+}
+
+Result<std::vector<std::unique_ptr<Stage>>> build_pipeline(const Spec& spec) {
+  std::vector<std::unique_ptr<Stage>> out;
+  for (const auto& s : spec.stages()) {
+    SY_ASSIGN_OR_RETURN(auto stage, StageRegistry::global().make(s));
+    out.push_back(std::move(stage));
+  }
+  return out;
+}
+
+}  // namespace shardyard

@@ -1,0 +1,113 @@
+// Pipeline: stages as data (Spec), a registry that builds them by type name, and the
+// worker identity every stage and source can read.
+//
+// A Spec is a list of stage type names with string parameters. It is plain data so a
+// worker in another process builds the same pipeline from the same registry (register
+// user stages in every process before opening a loader). Stages in this release are
+// replicable maps: each worker runs its own instances on its own items.
+//
+// Per-item randomness comes from StageContext::rng, a counter-based stream keyed by
+// (seed, epoch, item id): an augmentation draws the same numbers whatever worker, rank or
+// topology runs the item.
+//
+// Thread-safety: StageRegistry is internally synchronised. A Stage instance belongs to one
+// worker thread. current_worker() is thread-local.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/hash.h"
+#include "runtime/item.h"
+#include "runtime/status.h"
+
+namespace shardyard {
+
+// Who is running: set for every worker thread and passed to every stage.
+struct WorkerInfo {
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint32_t worker = 0;
+  uint32_t num_workers = 1;
+  uint32_t global_worker = 0;  // rank * num_workers + worker
+  uint32_t epoch = 0;
+  uint64_t seed = 0;
+};
+
+// The identity of the calling worker thread, or nullptr outside a worker (like torch's
+// get_worker_info()).
+const WorkerInfo* current_worker();
+
+// Sets current_worker() for the calling thread for the scope's life.
+class ScopedWorkerInfo {
+ public:
+  explicit ScopedWorkerInfo(const WorkerInfo* info);
+  ~ScopedWorkerInfo();
+  ScopedWorkerInfo(const ScopedWorkerInfo&) = delete;
+  ScopedWorkerInfo& operator=(const ScopedWorkerInfo&) = delete;
+
+ private:
+  const WorkerInfo* previous_;
+};
+
+struct StageContext {
+  const WorkerInfo& worker;
+  ItemRng rng;  // keyed by (seed, epoch, item id)
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  // Called once per epoch before the first item, on the worker thread.
+  virtual Status open(const WorkerInfo& /*worker*/) { return Status::ok(); }
+  // Transforms one item in place. An error stops the run and names the item.
+  virtual Status process(Item& item, StageContext& ctx) = 0;
+};
+
+using StageParams = std::map<std::string, std::string>;
+
+struct StageSpec {
+  std::string type;
+  StageParams params;
+};
+
+// The pipeline as data: Spec().map("decode", {...}).map("select_fields", {{"fields","a,b"}}).
+class Spec {
+ public:
+  Spec& map(std::string type, StageParams params = {});
+  const std::vector<StageSpec>& stages() const { return stages_; }
+  std::vector<StageSpec>& mutable_stages() { return stages_; }
+
+ private:
+  std::vector<StageSpec> stages_;
+};
+
+using StageFactory = std::function<Result<std::unique_ptr<Stage>>(const StageParams&)>;
+// A map stage from a plain function.
+using MapFn = std::function<Status(Item&, StageContext&)>;
+StageFactory map_stage(MapFn fn);
+
+// Built in: "select_fields" (fields=a,b: keep only these), "drop_fields" (fields=a,b),
+// "rename_field" (from=x, to=y).
+class StageRegistry {
+ public:
+  static StageRegistry& global();
+  Status add(const std::string& type, StageFactory factory);
+  Result<std::unique_ptr<Stage>> make(const StageSpec& spec) const;
+  bool contains(const std::string& type) const;
+
+ private:
+  StageRegistry();
+  mutable std::mutex mu_;
+  std::map<std::string, StageFactory> factories_;  // guarded by mu_
+};
+
+// Builds every stage of a spec, failing on the first unknown type or bad parameter.
+Result<std::vector<std::unique_ptr<Stage>>> build_pipeline(const Spec& spec);
+
+}  // namespace shardyard

@@ -1,0 +1,301 @@
+#include "runtime/shard.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "runtime/hash.h"
+
+namespace shardyard {
+
+ItemIndex::ItemIndex(const Manifest& m) {
+  starts_.reserve(m.sources.size() + 1);
+  uint64_t at = 0;
+  for (const auto& s : m.sources) {
+    starts_.push_back(at);
+    at += s.samples.size();
+  }
+  starts_.push_back(at);
+}
+
+ItemLocation ItemIndex::locate(uint64_t item) const {
+  // The last source whose start is <= item and that is not empty.
+  auto it = std::upper_bound(starts_.begin(), starts_.end() - 1, item);
+  auto s = static_cast<uint32_t>(it - starts_.begin() - 1);
+  return {s, item - starts_[s]};
+}
+
+uint32_t default_logical_shards(uint64_t num_items, size_t num_sources) {
+  if (num_items == 0) return 1;
+  uint64_t l;
+  if (num_sources >= 256) {
+    l = 256;
+  } else if (num_sources >= 64) {
+    l = num_sources;
+  } else {
+    uint64_t s = std::max<uint64_t>(num_sources, 1);
+    l = s * ((64 + s - 1) / s);
+  }
+  return static_cast<uint32_t>(std::max<uint64_t>(1, std::min(l, num_items)));
+}
+
+uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards) {
+  uint64_t n = m.num_samples();
+  if (n == 0) return 1;
+  uint64_t avg = std::max<uint64_t>(1, m.payload_bytes() / n);
+  uint64_t target = std::max<uint64_t>(64 << 10, (64ull << 20) / std::max(1u, logical_shards));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(target / avg, 1, 8192));
+}
+
+std::vector<uint32_t> assign_contiguous(const std::vector<ShardInfo>& shards, uint32_t parts) {
+  std::vector<uint32_t> out(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i)
+    out[i] = static_cast<uint32_t>(static_cast<unsigned __int128>(i) * parts / shards.size());
+  return out;
+}
+
+std::vector<uint32_t> assign_strided(const std::vector<ShardInfo>& shards, uint32_t parts) {
+  std::vector<uint32_t> out(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) out[i] = static_cast<uint32_t>(i % parts);
+  return out;
+}
+
+ShardingStrategy by_key(std::function<std::string(const ShardInfo&)> key_of) {
+  return [key_of = std::move(key_of)](const std::vector<ShardInfo>& shards, uint32_t parts) {
+    std::vector<std::string> keys;
+    keys.reserve(shards.size());
+    for (const auto& s : shards) keys.push_back(key_of(s));
+    std::vector<std::string> distinct(keys);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    std::vector<uint32_t> out(shards.size());
+    for (size_t i = 0; i < shards.size(); ++i) {
+      auto pos = std::lower_bound(distinct.begin(), distinct.end(), keys[i]) - distinct.begin();
+      out[i] = static_cast<uint32_t>(pos % parts);
+    }
+    return out;
+  };
+}
+
+StrategyRegistry::StrategyRegistry() {
+  strategies_["contiguous"] = assign_contiguous;
+  strategies_["strided"] = assign_strided;
+}
+
+StrategyRegistry& StrategyRegistry::global() {
+  static StrategyRegistry registry;
+  return registry;
+}
+
+Status StrategyRegistry::add(const std::string& name, ShardingStrategy strategy) {
+  if (name.empty() || !strategy) return invalid_argument("a sharding strategy needs a name and a function");
+  std::lock_guard<std::mutex> lock(mu_);
+  strategies_[name] = std::move(strategy);
+  return Status::ok();
+}
+
+Result<ShardingStrategy> StrategyRegistry::get(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = strategies_.find(name);
+  if (it == strategies_.end()) {
+    std::string known;
+    for (const auto& [n, s] : strategies_) known += (known.empty() ? "" : ", ") + n;
+    return invalid_argument("unknown sharding strategy '" + name + "' (registered: " + known +
+                            ")");
+  }
+  return it->second;
+}
+
+std::vector<std::string> StrategyRegistry::names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [n, s] : strategies_) out.push_back(n);
+  return out;
+}
+
+std::vector<uint64_t> interleave_counts(const std::vector<uint64_t>& sizes, uint64_t positions) {
+  const size_t n = sizes.size();
+  std::vector<uint64_t> counts(n, 0);
+  std::vector<uint32_t> by_size(n);
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](uint32_t a, uint32_t b) { return sizes[a] < sizes[b]; });
+  uint64_t level = 0;  // every sequence still active has `level` items taken so far
+  size_t first_active = 0;
+  uint64_t left = positions;
+  while (first_active < n) {
+    uint64_t next_level = sizes[by_size[first_active]];
+    uint64_t active = n - first_active;
+    uint64_t block = (next_level - level) * active;
+    if (left < block) {
+      uint64_t rounds = left / active, extra = left % active;
+      for (size_t i = 0; i < n; ++i) {
+        if (sizes[i] <= level) continue;
+        counts[i] = level + rounds;
+        if (extra > 0) {  // the first `extra` active sequences, in list order
+          ++counts[i];
+          --extra;
+        }
+      }
+      for (size_t i = 0; i < n; ++i)
+        if (sizes[i] <= level) counts[i] = sizes[i];
+      return counts;
+    }
+    left -= block;
+    level = next_level;
+    while (first_active < n && sizes[by_size[first_active]] <= level) ++first_active;
+  }
+  return sizes;  // positions >= total: everything taken
+}
+
+InterleaveCursor::InterleaveCursor(std::vector<uint64_t> remaining)
+    : remaining_(std::move(remaining)) {
+  for (uint32_t i = 0; i < remaining_.size(); ++i)
+    if (remaining_[i] > 0) active_.push_back(i);
+}
+
+uint32_t InterleaveCursor::next() {
+  uint32_t seq = active_[at_];
+  if (--remaining_[seq] == 0) {
+    active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(at_));
+  } else {
+    ++at_;
+  }
+  if (at_ >= active_.size()) at_ = 0;
+  return seq;
+}
+
+std::vector<uint32_t> seeded_permutation(uint32_t n, uint64_t key) {
+  std::vector<uint32_t> p(n);
+  std::iota(p.begin(), p.end(), 0);
+  ItemRng rng(key);
+  for (uint32_t i = n; i > 1; --i) std::swap(p[i - 1], p[rng.uniform(i)]);
+  return p;
+}
+
+uint64_t EpochPlan::batch_begin(uint32_t rank, uint64_t step) const {
+  const uint64_t n = ranks[rank].items, b = batch_size, s = steps;
+  if (step >= s) return n;
+  if (n >= s * b) return step * b;
+  if (n < s) return std::min(n, step * b);  // degenerate: fewer items than steps
+  // Front-load full batches; spread the rest over the last batches so none is empty.
+  uint64_t full = b > 1 ? std::min(s, (n - s) / (b - 1)) : s;
+  if (step <= full) return step * b;
+  uint64_t rest = n - full * b, tail = s - full;
+  uint64_t q = rest / tail, extra = rest % tail, k = step - full;
+  return full * b + k * q + std::min(k, extra);
+}
+
+Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
+                             const LogicalShards& shards, const PlanSpec& spec,
+                             const Topology& topology, uint32_t batch_size, uint32_t epoch) {
+  const uint32_t l = shards.count(), r_count = topology.ranks, w_count = topology.workers;
+  if (r_count == 0 || w_count == 0 || batch_size == 0)
+    return invalid_argument("ranks, workers and batch size must be at least 1");
+  if (l < r_count)
+    return invalid_argument(std::to_string(l) + " logical shards cannot feed " +
+                            std::to_string(r_count) +
+                            " ranks; set more logical shards or use fewer ranks");
+  SY_ASSIGN_OR_RETURN(auto dist, StrategyRegistry::global().get(spec.distributed_strategy));
+  SY_ASSIGN_OR_RETURN(auto work, StrategyRegistry::global().get(spec.worker_strategy));
+
+  EpochPlan plan;
+  plan.epoch = epoch;
+  plan.batch_size = batch_size;
+  plan.epoch_key = hash_combine(spec.seed, epoch, 0x5eed0fe90c4ULL);
+  plan.shard_order = spec.shuffle ? seeded_permutation(l, hash_combine(plan.epoch_key, 1))
+                                  : seeded_permutation(l, 0);
+  if (!spec.shuffle) std::iota(plan.shard_order.begin(), plan.shard_order.end(), 0);
+
+  std::vector<ShardInfo> infos(l);
+  for (uint32_t i = 0; i < l; ++i) {
+    uint32_t j = plan.shard_order[i];
+    infos[i].shard = j;
+    infos[i].items = shards.size(j);
+    if (infos[i].items > 0) {
+      auto loc = index.locate(shards.begin(j));
+      infos[i].first_source = manifest.sources[loc.source].uri;
+      infos[i].first_key = manifest.sources[loc.source].samples[loc.sample].key;
+    }
+  }
+  auto check = [](const std::vector<uint32_t>& a, size_t n, uint32_t parts,
+                  const std::string& name) -> Status {
+    if (a.size() != n)
+      return invalid_argument("sharding strategy '" + name + "' returned " +
+                              std::to_string(a.size()) + " parts for " + std::to_string(n) +
+                              " shards");
+    for (auto p : a)
+      if (p >= parts)
+        return invalid_argument("sharding strategy '" + name + "' returned part " +
+                                std::to_string(p) + " of " + std::to_string(parts));
+    return Status::ok();
+  };
+  auto rank_of = dist(infos, r_count);
+  SY_RETURN_IF_ERROR(check(rank_of, l, r_count, spec.distributed_strategy));
+
+  plan.ranks.resize(r_count);
+  std::vector<std::vector<ShardInfo>> rank_infos(r_count);
+  for (uint32_t i = 0; i < l; ++i) {
+    plan.ranks[rank_of[i]].shards.push_back(infos[i].shard);
+    rank_infos[rank_of[i]].push_back(infos[i]);
+  }
+  uint64_t max_steps = 0, min_steps = UINT64_MAX;
+  for (uint32_t r = 0; r < r_count; ++r) {
+    auto& rp = plan.ranks[r];
+    if (rp.shards.empty())
+      return invalid_argument("sharding strategy '" + spec.distributed_strategy +
+                              "' gives rank " + std::to_string(r) + " no logical shard");
+    rp.worker_of = work(rank_infos[r], w_count);
+    SY_RETURN_IF_ERROR(check(rp.worker_of, rp.shards.size(), w_count, spec.worker_strategy));
+    for (auto j : rp.shards) {
+      rp.take.push_back(shards.size(j));
+      rp.items += shards.size(j);
+    }
+    max_steps = std::max(max_steps, (rp.items + batch_size - 1) / batch_size);
+    min_steps = std::min(min_steps, rp.items / batch_size);
+  }
+  if (spec.drop_last) {
+    plan.steps = min_steps;
+    for (auto& rp : plan.ranks) {
+      rp.take = interleave_counts(rp.take, plan.steps * batch_size);
+      rp.items = plan.steps * batch_size;
+    }
+  } else {
+    plan.steps = max_steps;
+  }
+  return plan;
+}
+
+ShardSequence::ShardSequence(const LogicalShards& shards, uint32_t shard, uint32_t chunk_items,
+                             bool shuffle, bool permute_chunks, uint64_t key)
+    : begin_(shards.begin(shard)),
+      end_(shards.end(shard)),
+      chunk_items_(std::max(1u, chunk_items)),
+      shuffle_(shuffle),
+      key_(hash_combine(key, shard, 2)) {
+  auto n = static_cast<uint32_t>((end_ - begin_ + chunk_items_ - 1) / chunk_items_);
+  order_ = (shuffle && permute_chunks) ? seeded_permutation(n, hash_combine(key_, 3))
+                                       : seeded_permutation(0, 0);
+  if (order_.size() != n) {
+    order_.resize(n);
+    std::iota(order_.begin(), order_.end(), 0);
+  }
+}
+
+uint64_t ShardSequence::chunk_begin(size_t i) const {
+  return begin_ + static_cast<uint64_t>(order_[i]) * chunk_items_;
+}
+
+uint64_t ShardSequence::chunk_end(size_t i) const {
+  return std::min(end_, chunk_begin(i) + chunk_items_);
+}
+
+std::vector<uint32_t> ShardSequence::chunk_permutation(size_t i) const {
+  auto n = static_cast<uint32_t>(chunk_end(i) - chunk_begin(i));
+  if (shuffle_) return seeded_permutation(n, hash_combine(key_, 4, order_[i]));
+  std::vector<uint32_t> p(n);
+  std::iota(p.begin(), p.end(), 0);
+  return p;
+}
+
+}  // namespace shardyard

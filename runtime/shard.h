@@ -1,0 +1,205 @@
+// Shard math: logical shards, the two sharding levels, the global order of an epoch and
+// the per-rank step schedule. Pure free functions and value types, no I/O.
+//
+// Items are numbered canonically: item id g in [0, N) walks the manifest's sources in
+// order and each source's samples in order. L logical shards own balanced contiguous
+// ranges of item ids, fixed for the life of a job. Every epoch:
+//   1. the logical shards are put in an epoch order (a seeded permutation with shuffle);
+//   2. the DISTRIBUTED strategy assigns them to ranks, the WORKER strategy splits each
+//      rank's list among its workers (contiguous, strided, by key, or user-registered);
+//   3. each logical shard's items are emitted chunk by chunk (a chunk is a shuffle block:
+//      up to `chunk_items` consecutive item ids, read once), chunks and the items inside
+//      each chunk in a seeded permuted order;
+//   4. a rank's order interleaves its logical shards item by item, round robin in the
+//      epoch order (a shard that runs out drops out of the round). A worker's order is the
+//      same interleave restricted to its shards, so the loader can merge worker output
+//      back into the exact rank order.
+// With strided DISTRIBUTED assignment and R dividing L, rank r's order is the global
+// order's positions r, r+R, r+2R, ... (while every shard still has items), so the global
+// batch at each step is the same set of items for every R with the same R x B. See
+// docs/sharding.md for worked examples.
+//
+// Thread-safety: functions are pure; StrategyRegistry is internally synchronised.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/manifest.h"
+#include "runtime/status.h"
+
+namespace shardyard {
+
+// Where item id g lives: manifest source index and sample index in that source.
+struct ItemLocation {
+  uint32_t source = 0;
+  uint64_t sample = 0;
+};
+
+// Maps canonical item ids to (source, sample). Immutable after construction.
+class ItemIndex {
+ public:
+  ItemIndex() = default;
+  explicit ItemIndex(const Manifest& m);
+  uint64_t num_items() const { return starts_.empty() ? 0 : starts_.back(); }
+  size_t num_sources() const { return starts_.empty() ? 0 : starts_.size() - 1; }
+  uint64_t source_begin(uint32_t s) const { return starts_[s]; }
+  uint64_t source_end(uint32_t s) const { return starts_[s + 1]; }
+  ItemLocation locate(uint64_t item) const;
+
+ private:
+  std::vector<uint64_t> starts_;  // starts_[s] = first item id of source s; back() = N
+};
+
+// L balanced contiguous ranges of [0, N): shard j owns [j*N/L, (j+1)*N/L).
+class LogicalShards {
+ public:
+  LogicalShards() = default;
+  LogicalShards(uint64_t num_items, uint32_t count) : n_(num_items), l_(count) {}
+  uint32_t count() const { return l_; }
+  uint64_t num_items() const { return n_; }
+  uint64_t begin(uint32_t j) const {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(j) * n_ / l_);
+  }
+  uint64_t end(uint32_t j) const { return begin(j + 1); }
+  uint64_t size(uint32_t j) const { return end(j) - begin(j); }
+
+ private:
+  uint64_t n_ = 0;
+  uint32_t l_ = 1;
+};
+
+// Default L: one logical shard per source when there are 64 to 256 sources; more sources
+// are grouped into 256 shards, fewer are cut into pieces so that L >= 64 (never more than
+// the number of items). Depends on the manifest only, never on the topology.
+uint32_t default_logical_shards(uint64_t num_items, size_t num_sources);
+
+// Default shuffle-block size: about max(64 KiB, 64 MiB / L) of payload per chunk, so that
+// a rank holds about 64 MiB / R of open chunks whatever the dataset's size.
+uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards);
+
+// What a sharding strategy sees of one logical shard.
+struct ShardInfo {
+  uint32_t shard = 0;        // logical shard index
+  uint64_t items = 0;        // items it owns
+  std::string first_source;  // uri of the source holding its first item
+  std::string first_key;     // key of its first item
+};
+
+// A strategy assigns the listed shards (in epoch order) to `parts` parts (ranks or
+// workers): result[i] is the part of shards[i], each < parts.
+using ShardingStrategy =
+    std::function<std::vector<uint32_t>(const std::vector<ShardInfo>& shards, uint32_t parts)>;
+
+std::vector<uint32_t> assign_contiguous(const std::vector<ShardInfo>& shards, uint32_t parts);
+std::vector<uint32_t> assign_strided(const std::vector<ShardInfo>& shards, uint32_t parts);
+// Groups shards by a user key (e.g. the month in the source name); distinct keys, sorted,
+// go to parts round robin, so all shards of a key land on one part.
+ShardingStrategy by_key(std::function<std::string(const ShardInfo&)> key_of);
+
+// Process-wide registry of named strategies; "contiguous" and "strided" are built in.
+// Register user strategies before opening a loader (in every process that runs one).
+class StrategyRegistry {
+ public:
+  static StrategyRegistry& global();
+  Status add(const std::string& name, ShardingStrategy strategy);
+  Result<ShardingStrategy> get(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  StrategyRegistry();
+  mutable std::mutex mu_;
+  std::map<std::string, ShardingStrategy> strategies_;  // guarded by mu_
+};
+
+// How an epoch is planned. Part of a job's identity (with the manifest fingerprint).
+struct PlanSpec {
+  uint32_t logical_shards = 0;  // L; 0 = default_logical_shards()
+  uint32_t chunk_items = 0;     // shuffle block in items; 0 = default_chunk_items()
+  uint64_t seed = 0;
+  bool shuffle = false;  // permute shard order, chunk order and items inside chunks
+  bool drop_last = false;  // every batch full; the epoch's tail beyond is not delivered
+  std::string distributed_strategy = "strided";
+  std::string worker_strategy = "strided";
+};
+
+struct Topology {
+  uint32_t ranks = 1;
+  uint32_t workers = 1;  // per rank
+};
+
+// Round-robin interleave counts: how many items of each sequence (sizes[i]) lie among the
+// first `positions` positions of the interleave. O(n log n).
+std::vector<uint64_t> interleave_counts(const std::vector<uint64_t>& sizes, uint64_t positions);
+
+// Walks a round-robin interleave of sequences with the given sizes: next() returns the
+// index of the sequence that owns the next position. Amortised O(1) per position.
+class InterleaveCursor {
+ public:
+  explicit InterleaveCursor(std::vector<uint64_t> remaining);
+  bool done() const { return active_.empty(); }
+  uint32_t next();
+
+ private:
+  std::vector<uint64_t> remaining_;
+  std::vector<uint32_t> active_;  // sequences with items left, in order
+  size_t at_ = 0;                 // position in active_ of the next sequence
+};
+
+// One rank's share of an epoch.
+struct RankPlan {
+  std::vector<uint32_t> shards;     // logical shards, in interleave order
+  std::vector<uint64_t> take;       // items delivered from each shard (all, or fewer with drop_last)
+  std::vector<uint32_t> worker_of;  // worker of each shard
+  uint64_t items = 0;               // sum of take
+};
+
+struct EpochPlan {
+  uint32_t epoch = 0;
+  uint64_t epoch_key = 0;               // hash of (seed, epoch): keys every shuffle of the epoch
+  std::vector<uint32_t> shard_order;    // the epoch order of logical shards
+  std::vector<RankPlan> ranks;
+  uint64_t steps = 0;                   // same for every rank
+  uint32_t batch_size = 1;
+  // First rank-order position of `step` on `rank` (step == steps gives the end).
+  uint64_t batch_begin(uint32_t rank, uint64_t step) const;
+  uint64_t batch_items(uint32_t rank, uint64_t step) const {
+    return batch_begin(rank, step + 1) - batch_begin(rank, step);
+  }
+};
+
+// Plans epoch `epoch`. Fails on an unknown strategy, a strategy that returns a bad
+// assignment, or fewer items than ranks.
+Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
+                             const LogicalShards& shards, const PlanSpec& spec,
+                             const Topology& topology, uint32_t batch_size, uint32_t epoch);
+
+// The epoch order of one logical shard's items, chunk by chunk.
+class ShardSequence {
+ public:
+  // `key` is the epoch key; chunks are permuted only when `permute_chunks` (seekable data).
+  ShardSequence(const LogicalShards& shards, uint32_t shard, uint32_t chunk_items, bool shuffle,
+                bool permute_chunks, uint64_t key);
+  size_t num_chunks() const { return order_.size(); }
+  // The i-th chunk in epoch order covers item ids [chunk_begin(i), chunk_end(i)).
+  uint64_t chunk_begin(size_t i) const;
+  uint64_t chunk_end(size_t i) const;
+  // Emission order of the items of the i-th chunk: a permutation of [0, size).
+  std::vector<uint32_t> chunk_permutation(size_t i) const;
+
+ private:
+  uint64_t begin_ = 0, end_ = 0;
+  uint32_t chunk_items_ = 1;
+  bool shuffle_ = false;
+  uint64_t key_ = 0;
+  std::vector<uint32_t> order_;  // canonical chunk index of the i-th chunk in epoch order
+};
+
+// A seeded Fisher-Yates permutation of [0, n).
+std::vector<uint32_t> seeded_permutation(uint32_t n, uint64_t key);
+
+}  // namespace shardyard
