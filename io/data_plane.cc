@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 
 namespace shardyard::io {
@@ -69,11 +70,25 @@ class InprocChannel : public Channel {
 
 class InprocDataPlane : public DataPlane {
  public:
-  std::shared_ptr<Channel> open_channel(const std::string&, uint32_t producers,
+  std::shared_ptr<Channel> open_channel(const std::string& name, uint32_t producers,
                                         size_t capacity) override {
-    return std::make_shared<InprocChannel>(producers, capacity);
+    auto ch = std::make_shared<InprocChannel>(producers, capacity);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = channels_.begin(); it != channels_.end();)  // forget closed ones
+      it = it->second.expired() ? channels_.erase(it) : std::next(it);
+    channels_[name] = ch;
+    return ch;
+  }
+  std::shared_ptr<Channel> attach(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = channels_.find(name);
+    return it == channels_.end() ? nullptr : it->second.lock();
   }
   const char* kind() const override { return "inproc"; }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::weak_ptr<Channel>> channels_;  // guarded by mu_
 };
 
 }  // namespace

@@ -46,9 +46,13 @@ class Channel {
 class DataPlane {
  public:
   virtual ~DataPlane() = default;
-  // A channel for `producers` producers holding at most `capacity` packets.
+  // The consumer opens a channel for `producers` producers holding at most `capacity`
+  // packets, under a name unique in the plane; it lives while the consumer holds it.
   virtual std::shared_ptr<Channel> open_channel(const std::string& name, uint32_t producers,
                                                 size_t capacity) = 0;
+  // A producer finds a channel by the name it was told (in a control message); null when
+  // no open channel has that name.
+  virtual std::shared_ptr<Channel> attach(const std::string& name) = 0;
   virtual const char* kind() const = 0;
 };
 

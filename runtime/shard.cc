@@ -173,6 +173,10 @@ std::vector<uint32_t> seeded_permutation(uint32_t n, uint64_t key) {
   return p;
 }
 
+uint64_t epoch_key(uint64_t seed, uint32_t epoch) {
+  return hash_combine(seed, epoch, 0x5eed0fe90c4ULL);
+}
+
 uint64_t EpochPlan::batch_begin(uint32_t rank, uint64_t step) const {
   const uint64_t n = ranks[rank].items, b = batch_size, s = steps;
   if (step >= s) return n;
@@ -202,7 +206,7 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
   EpochPlan plan;
   plan.epoch = epoch;
   plan.batch_size = batch_size;
-  plan.epoch_key = hash_combine(spec.seed, epoch, 0x5eed0fe90c4ULL);
+  plan.epoch_key = epoch_key(spec.seed, epoch);
   plan.shard_order = spec.shuffle ? seeded_permutation(l, hash_combine(plan.epoch_key, 1))
                                   : seeded_permutation(l, 0);
   if (!spec.shuffle) std::iota(plan.shard_order.begin(), plan.shard_order.end(), 0);

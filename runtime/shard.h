@@ -172,6 +172,10 @@ struct EpochPlan {
   }
 };
 
+// The key of every shuffle of an epoch: a pure function of (seed, epoch). The coordinator
+// hands it to every dispatcher, so all ranks see the same order.
+uint64_t epoch_key(uint64_t seed, uint32_t epoch);
+
 // Plans epoch `epoch`. Fails on an unknown strategy, a strategy that returns a bad
 // assignment, or fewer items than ranks.
 Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,

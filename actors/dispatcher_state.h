@@ -1,0 +1,41 @@
+// DispatcherState: a rank's dispatcher logic without CAF.
+//
+// At the start of an epoch it plans the epoch (runtime/shard.h) with the key the
+// coordinator handed out, checks that the key is the one the plan expects, and cuts the
+// rank's share into one work unit per worker: the worker's logical shards in interleave
+// order with how many items to take from each. It then tracks which units are out, done or
+// failed.
+//
+// Single-owner (the dispatcher actor).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "actors/job.h"
+
+namespace shardyard::actors {
+
+struct EpochAssignment {
+  EpochTicket ticket;
+  std::vector<WorkUnit> units;  // one per worker (a worker with no shard gets an empty unit)
+};
+
+class DispatcherState {
+ public:
+  DispatcherState(std::shared_ptr<const JobData> job, uint32_t rank)
+      : job_(std::move(job)), rank_(rank) {}
+  Result<EpochAssignment> start_epoch(const EpochStart& start, const EpochKey& key);
+  void unit_done(const WorkerDone& done);
+  ActorSnapshot snapshot() const;
+
+ private:
+  std::shared_ptr<const JobData> job_;
+  uint32_t rank_;
+  uint32_t epoch_ = 0;
+  uint32_t outstanding_ = 0;
+  uint64_t items_done_ = 0, bytes_done_ = 0;
+  std::string failure_;
+};
+
+}  // namespace shardyard::actors

@@ -1,0 +1,58 @@
+#include "actors/job.h"
+
+namespace shardyard::actors {
+
+JobInfo JobData::info() const {
+  JobInfo j;
+  j.fingerprint = manifest->fingerprint;
+  j.num_items = index.num_items();
+  j.logical_shards = shards.count();
+  j.chunk_items = plan.chunk_items;
+  j.seed = plan.seed;
+  j.shuffle = plan.shuffle;
+  j.drop_last = plan.drop_last;
+  j.distributed_strategy = plan.distributed_strategy;
+  j.worker_strategy = plan.worker_strategy;
+  j.world_size = topology.ranks;
+  j.workers = topology.workers;
+  j.batch_size = batch_size;
+  return j;
+}
+
+Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manifest, PlanSpec plan,
+                                          Spec pipeline, Topology topology, uint32_t batch_size,
+                                          io::FileSystem* fs) {
+  auto job = std::make_shared<JobData>();
+  job->index = ItemIndex(*manifest);
+  const uint64_t n = job->index.num_items();
+  if (n == 0) return invalid_argument("the dataset has no samples");
+  if (plan.logical_shards == 0)
+    plan.logical_shards = default_logical_shards(n, manifest->sources.size());
+  if (plan.logical_shards > n)
+    return invalid_argument(std::to_string(plan.logical_shards) +
+                            " logical shards for " + std::to_string(n) +
+                            " items: every logical shard needs at least one item");
+  if (plan.chunk_items == 0) plan.chunk_items = default_chunk_items(*manifest, plan.logical_shards);
+  if (topology.ranks == 0 || topology.workers == 0 || batch_size == 0)
+    return invalid_argument("ranks, workers and batch size must each be at least 1");
+  if (plan.logical_shards < topology.ranks)
+    return invalid_argument(std::to_string(plan.logical_shards) + " logical shards cannot feed " +
+                            std::to_string(topology.ranks) + " ranks");
+  SY_RETURN_IF_ERROR(StrategyRegistry::global().get(plan.distributed_strategy).status());
+  SY_RETURN_IF_ERROR(StrategyRegistry::global().get(plan.worker_strategy).status());
+  for (const auto& s : pipeline.stages())
+    if (!StageRegistry::global().contains(s.type))
+      return invalid_argument("unknown stage type '" + s.type + "' in the pipeline spec");
+  job->manifest = std::move(manifest);
+  job->shards = LogicalShards(n, plan.logical_shards);
+  job->plan = std::move(plan);
+  job->pipeline = std::move(pipeline);
+  job->topology = topology;
+  job->batch_size = batch_size;
+  job->fs = fs;
+  job->pool = BufferPool::create();
+  job->data_plane = io::inproc_data_plane();
+  return job;
+}
+
+}  // namespace shardyard::actors

@@ -1,0 +1,338 @@
+#include "actors/loader.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "actors/job.h"
+#include "actors/merger.h"
+#include "actors/protocol.h"
+#include "actors/roles.h"
+
+namespace shardyard {
+
+using namespace actors;  // NOLINT: this file is the glue of the actors layer
+
+// ---- options -----------------------------------------------------------------------------
+
+Status LoaderOptions::topology_from_env() {
+  auto get = [](const char* name) -> const char* {
+    const char* v = std::getenv(name);
+    return (v && *v) ? v : nullptr;
+  };
+  const std::pair<const char*, const char*> vars[] = {
+      {"RANK", "WORLD_SIZE"},
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+      {"PMI_RANK", "PMI_SIZE"},
+      {"SLURM_PROCID", "SLURM_NTASKS"}};
+  for (const auto& [r, w] : vars) {
+    if (get(r) && get(w)) {
+      char* end = nullptr;
+      unsigned long rv = std::strtoul(get(r), &end, 10);
+      if (*end) return invalid_argument(std::string(r) + "='" + get(r) + "' is not a number");
+      unsigned long wv = std::strtoul(get(w), &end, 10);
+      if (*end) return invalid_argument(std::string(w) + "='" + get(w) + "' is not a number");
+      rank = static_cast<uint32_t>(rv);
+      world_size = static_cast<uint32_t>(wv);
+      return Status::ok();
+    }
+  }
+  return Status::ok();
+}
+
+Status LoaderOptions::validate() const {
+  if (sources.empty()) return invalid_argument("no sources: give at least one path or pattern");
+  if (world_size == 0) return invalid_argument("world_size must be at least 1");
+  if (rank >= world_size)
+    return invalid_argument("rank " + std::to_string(rank) + " is outside a world of " +
+                            std::to_string(world_size));
+  if (workers == 0 || workers > 1024) return invalid_argument("workers must be 1..1024");
+  if (batch_size == 0) return invalid_argument("batch_size must be at least 1");
+  if (prefetch_packets == 0) return invalid_argument("prefetch_packets must be at least 1");
+  return Status::ok();
+}
+
+// ---- cluster -----------------------------------------------------------------------------
+
+struct RankRoles {
+  loader_actor loader;
+  dispatcher_actor dispatcher;
+  std::vector<worker_actor> workers;
+  bool loader_open = false;
+};
+
+struct Cluster::Impl {
+  LoaderOptions options;
+  io::ScanReport report;
+  std::shared_ptr<const JobData> job;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  coordinator_actor coordinator;
+  std::map<uint32_t, RankRoles> ranks;
+  std::mutex mu;  // guards ranks[*].loader_open
+  bool stopped = false;
+};
+
+Cluster::Cluster() : impl_(std::make_unique<Impl>()) {}
+
+Cluster::~Cluster() { (void)shutdown(); }
+
+const Manifest& Cluster::manifest() const { return *impl_->job->manifest; }
+const io::ScanReport& Cluster::scan_report() const { return impl_->report; }
+const LoaderOptions& Cluster::options() const { return impl_->options; }
+uint32_t Cluster::logical_shards() const { return impl_->job->shards.count(); }
+
+Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
+                                                std::vector<uint32_t> ranks) {
+  SY_RETURN_IF_ERROR(options.validate());
+  for (auto r : ranks)
+    if (r >= options.world_size)
+      return invalid_argument("rank " + std::to_string(r) + " is outside a world of " +
+                              std::to_string(options.world_size));
+  auto cluster = std::shared_ptr<Cluster>(new Cluster());
+  auto& d = *cluster->impl_;
+  d.options = options;
+
+  io::ScanOptions scan;
+  scan.on_corrupt = options.on_corrupt;
+  scan.threads = options.scan_threads;
+  if (options.use_manifest_cache)
+    scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
+  auto& fs = io::local_file_system();
+  SY_ASSIGN_OR_RETURN(auto manifest, io::build_manifest(fs, options.sources, scan, &d.report));
+  SY_ASSIGN_OR_RETURN(
+      auto job, make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
+                         options.pipeline, Topology{options.world_size, options.workers},
+                         options.batch_size, &fs));
+  d.job = job;
+
+  register_protocol(d.cfg);
+  // Workers are detached (own threads); the event-based roles need few scheduler threads.
+  d.cfg.set("scheduler.max-threads", 2);
+  d.cfg.set("logger.verbosity", caf::atom("quiet"));
+  d.sys = std::make_unique<caf::actor_system>(d.cfg);
+  d.coordinator = spawn_coordinator(*d.sys, job->info());
+
+  caf::scoped_actor self{*d.sys};
+  for (auto r : ranks) {
+    RankRoles roles;
+    // Join first: the coordinator checks this rank against the job before it gets workers.
+    Status joined;
+    self->request(d.coordinator, std::chrono::seconds(30),
+                  JoinRequest{r, options.workers, job->manifest->fingerprint})
+        .receive([&](const JobInfo&) {}, [&](const caf::error& err) { joined = from_error(err); });
+    SY_RETURN_IF_ERROR(joined);
+    roles.loader = spawn_loader_actor(*d.sys, r, d.coordinator);
+    for (uint32_t w = 0; w < options.workers; ++w)
+      roles.workers.push_back(spawn_worker(*d.sys, job, r, w));
+    roles.dispatcher = spawn_dispatcher(*d.sys, job, r, d.coordinator, roles.workers, roles.loader);
+    d.ranks[r] = std::move(roles);
+  }
+  return cluster;
+}
+
+Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->ranks.find(rank);
+  if (it == impl_->ranks.end())
+    return invalid_argument("rank " + std::to_string(rank) + " is not hosted by this cluster");
+  if (it->second.loader_open)
+    return invalid_argument("rank " + std::to_string(rank) + " already has an open loader");
+  it->second.loader_open = true;
+  return std::unique_ptr<Loader>(new Loader(shared_from_this(), rank));
+}
+
+std::vector<RoleSnapshot> Cluster::snapshot() {
+  std::vector<RoleSnapshot> out;
+  auto& d = *impl_;
+  if (d.stopped) return out;
+  caf::scoped_actor self{*d.sys};
+  auto ask = [&](auto handle) {
+    self->request(handle, std::chrono::seconds(10), SnapshotRequest{})
+        .receive(
+            [&](const ActorSnapshot& s) {
+              out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items,
+                                         s.bytes, s.steps, s.detail});
+            },
+            [&](const caf::error&) {});
+  };
+  ask(d.coordinator);
+  for (auto& [r, roles] : d.ranks) {
+    ask(roles.dispatcher);
+    ask(roles.loader);
+    for (auto& w : roles.workers) ask(w);
+  }
+  return out;
+}
+
+Status Cluster::shutdown() {
+  auto& d = *impl_;
+  if (d.stopped || !d.sys) return Status::ok();
+  d.stopped = true;
+  Status result;
+  {
+    caf::scoped_actor self{*d.sys};
+    auto stop = [&](auto handle, const std::string& what) {
+      if (!handle) return;
+      self->request(handle, std::chrono::seconds(30), ShutdownRequest{"cluster shutdown"})
+          .receive([&](const ShutdownAck&) {},
+                   [&](const caf::error& err) {
+                     if (result.is_ok())
+                       result = unavailable(what + " did not acknowledge shutdown: " +
+                                            caf::to_string(err));
+                   });
+    };
+    for (auto& [r, roles] : d.ranks) {
+      stop(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
+      for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
+      stop(roles.loader, "loader of rank " + std::to_string(r));
+    }
+    stop(d.coordinator, "coordinator");
+  }
+  d.ranks.clear();
+  d.coordinator = nullptr;
+  d.sys.reset();  // waits for every actor to finish
+  return result;
+}
+
+// ---- loader ------------------------------------------------------------------------------
+
+// One epoch in progress: the merger, and the thread that collates batches ahead.
+struct Loader::Epoch {
+  uint32_t epoch = 0;
+  uint64_t steps = 0;
+  std::unique_ptr<RankMerger> merger;
+  std::thread collator;
+  std::mutex mu;
+  std::condition_variable changed;
+  std::deque<Result<std::optional<Batch>>> ready;  // guarded by mu
+  bool stop = false;                               // guarded by mu
+  size_t depth = 2;
+  uint64_t delivered_steps = 0, delivered_items = 0;
+  bool finished = false;
+};
+
+Loader::Loader(std::shared_ptr<Cluster> cluster, uint32_t rank)
+    : cluster_(std::move(cluster)), rank_(rank) {}
+
+Loader::~Loader() {
+  stop_epoch();
+  std::lock_guard<std::mutex> lock(cluster_->impl_->mu);
+  auto it = cluster_->impl_->ranks.find(rank_);
+  if (it != cluster_->impl_->ranks.end()) it->second.loader_open = false;
+}
+
+const Manifest& Loader::manifest() const { return cluster_->manifest(); }
+
+uint64_t Loader::steps_per_epoch() const { return epoch_ ? epoch_->steps : 0; }
+
+Result<std::unique_ptr<Loader>> Loader::open(const LoaderOptions& options) {
+  SY_ASSIGN_OR_RETURN(auto cluster, Cluster::start(options, {options.rank}));
+  return cluster->loader(options.rank);
+}
+
+void Loader::stop_epoch() {
+  if (!epoch_) return;
+  epoch_->merger->cancel();  // unblocks workers and the collator
+  {
+    std::lock_guard<std::mutex> lock(epoch_->mu);
+    epoch_->stop = true;
+  }
+  epoch_->changed.notify_all();
+  if (epoch_->collator.joinable()) epoch_->collator.join();
+  epoch_.reset();
+}
+
+Status Loader::start_epoch(uint32_t epoch) {
+  stop_epoch();
+  auto& d = *cluster_->impl_;
+  if (d.stopped) return cancelled("the cluster was shut down");
+  const auto& roles = d.ranks.at(rank_);
+  const auto& job = *d.job;
+  const uint32_t w_count = job.topology.workers;
+  const bool exact = d.options.order == Order::kExact;
+
+  // Channels first, so workers find them when their units arrive.
+  std::vector<std::shared_ptr<io::Channel>> channels;
+  EpochStart start{rank_, epoch, {}};
+  std::string base = "r" + std::to_string(rank_) + "/e" + std::to_string(epoch) + "/";
+  if (exact) {
+    for (uint32_t w = 0; w < w_count; ++w) {
+      start.channels.push_back(base + "w" + std::to_string(w));
+      channels.push_back(job.data_plane->open_channel(start.channels.back(), 1,
+                                                      d.options.prefetch_packets));
+    }
+  } else {
+    start.channels.push_back(base + "all");
+    channels.push_back(job.data_plane->open_channel(
+        start.channels.back(), w_count, static_cast<size_t>(d.options.prefetch_packets) * w_count));
+  }
+
+  Result<EpochTicket> ticket = internal_error("no answer from the dispatcher");
+  {
+    caf::scoped_actor self{*d.sys};
+    self->request(roles.dispatcher, std::chrono::seconds(60), start)
+        .receive([&](EpochTicket& t) { ticket = std::move(t); },
+                 [&](const caf::error& err) { ticket = from_error(err); });
+  }
+  if (!ticket.is_ok()) {
+    for (auto& c : channels) c->cancel();
+    return ticket.status();
+  }
+
+  epoch_ = std::make_unique<Epoch>();
+  auto& e = *epoch_;
+  e.epoch = epoch;
+  e.steps = ticket->steps;
+  e.depth = d.options.prefetch_batches;
+  e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels);
+  if (e.depth > 0) {
+    e.collator = std::thread([&e] {
+      for (;;) {
+        auto b = e.merger->next();
+        bool last = !b.is_ok() || !b->has_value();
+        std::unique_lock<std::mutex> lock(e.mu);
+        e.changed.wait(lock, [&] { return e.stop || e.ready.size() < e.depth; });
+        if (e.stop) return;
+        e.ready.push_back(std::move(b));
+        e.changed.notify_all();
+        if (last) return;
+      }
+    });
+  }
+  return Status::ok();
+}
+
+Result<std::optional<Batch>> Loader::next() {
+  if (!epoch_) return invalid_argument("next() before start_epoch()");
+  auto& e = *epoch_;
+  if (e.finished) return std::optional<Batch>();
+  Result<std::optional<Batch>> b = std::optional<Batch>();
+  if (e.depth == 0) {
+    b = e.merger->next();
+  } else {
+    std::unique_lock<std::mutex> lock(e.mu);
+    e.changed.wait(lock, [&] { return !e.ready.empty(); });
+    b = std::move(e.ready.front());
+    e.ready.pop_front();
+    e.changed.notify_all();
+  }
+  auto& roles = cluster_->impl_->ranks.at(rank_);
+  if (!b.is_ok()) {
+    e.finished = true;
+    return b;
+  }
+  if (!b->has_value()) {
+    e.finished = true;
+    caf::anon_send(roles.loader, RankEpochDone{rank_, e.epoch, e.delivered_steps, e.delivered_items});
+    return b;
+  }
+  ++e.delivered_steps;
+  e.delivered_items += (*b)->size();
+  caf::anon_send(roles.loader, StepReport{rank_, e.epoch, e.delivered_steps, e.delivered_items});
+  return b;
+}
+
+}  // namespace shardyard

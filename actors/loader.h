@@ -1,0 +1,136 @@
+// The trainer-facing API: open a loader, iterate batches, read the worker identity.
+//
+//   LoaderOptions opt;
+//   opt.sources = {"/data/train-{000000..000127}.tar"};
+//   opt.workers = 4;  opt.batch_size = 256;  opt.plan.shuffle = true;  opt.plan.seed = 17;
+//   SY_RETURN_IF_ERROR(opt.topology_from_env());      // RANK / WORLD_SIZE, OMPI_*, SLURM_*
+//   SY_ASSIGN_OR_RETURN(auto loader, Loader::open(opt));
+//   for (uint32_t epoch = 0; epoch < 3; ++epoch) {
+//     SY_RETURN_IF_ERROR(loader->start_epoch(epoch));
+//     for (;;) {
+//       SY_ASSIGN_OR_RETURN(auto batch, loader->next());
+//       if (!batch) break;                             // end of the epoch
+//       train(batch->field("jpg"), batch->field("cls"));
+//     }
+//   }
+//
+// A Loader is one rank. Loader::open() runs the rank's roles inside the calling process
+// (placement `inproc`): a coordinator, the rank's dispatcher, its workers (threads) and its
+// loader actor, all CAF actors. Cluster runs several ranks of one job in one process (what
+// `shardyard run --ranks R` does); each rank's Loader is then used from its own thread.
+//
+// Thread-compatible: one thread uses a Loader. Errors are values; nothing throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/manifest_scan.h"
+#include "runtime/batch.h"
+#include "runtime/pipeline.h"
+#include "runtime/shard.h"
+
+namespace shardyard {
+
+enum class Order {
+  kExact,        // batches in the global order: identical whatever the number of workers
+  kAsCompleted,  // items as workers finish them: exactly once, order not reproducible
+};
+
+struct LoaderOptions {
+  std::vector<std::string> sources;  // paths, brace patterns, directories
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint32_t workers = 2;        // data workers per rank (threads in this placement)
+  uint32_t batch_size = 64;
+  PlanSpec plan;               // L, seed, shuffle, drop_last, strategies
+  Order order = Order::kExact;
+  io::OnCorrupt on_corrupt = io::OnCorrupt::kFail;
+  Spec pipeline;               // replicable stages run by every worker
+  uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
+  uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 64 items or 4 MiB)
+  bool use_manifest_cache = true;
+  std::string cache_dir;          // empty: io::default_cache_dir()
+  unsigned scan_threads = 2;
+
+  // Sets rank and world_size from torchrun (RANK, WORLD_SIZE), Open MPI
+  // (OMPI_COMM_WORLD_RANK/SIZE) or SLURM (SLURM_PROCID, SLURM_NTASKS), first found wins;
+  // leaves them alone when none is set.
+  Status topology_from_env();
+  Status validate() const;
+};
+
+class Cluster;
+
+class Loader {
+ public:
+  // Builds or loads the manifest and starts this rank's roles.
+  static Result<std::unique_ptr<Loader>> open(const LoaderOptions& options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Starts (or restarts) an epoch; an epoch in progress is abandoned.
+  Status start_epoch(uint32_t epoch);
+  // The next batch of the current epoch; nullopt after its last batch.
+  Result<std::optional<Batch>> next();
+
+  uint32_t rank() const { return rank_; }
+  uint64_t steps_per_epoch() const;  // valid after start_epoch()
+  const Manifest& manifest() const;
+  Cluster& cluster() { return *cluster_; }
+
+ private:
+  friend class Cluster;
+  struct Epoch;
+  Loader(std::shared_ptr<Cluster> cluster, uint32_t rank);
+  void stop_epoch();
+
+  std::shared_ptr<Cluster> cluster_;
+  uint32_t rank_;
+  std::unique_ptr<Epoch> epoch_;
+};
+
+// What Cluster::snapshot() reports of one actor (a plain copy of actors::ActorSnapshot).
+struct RoleSnapshot {
+  std::string role;
+  uint32_t rank = 0;
+  uint32_t worker = 0;
+  std::string state;
+  uint32_t epoch = 0;
+  uint64_t items = 0;
+  uint64_t bytes = 0;
+  uint64_t steps = 0;
+  std::string detail;
+};
+
+// The roles of several ranks of one job in this process, and the actor system they run on.
+class Cluster : public std::enable_shared_from_this<Cluster> {
+ public:
+  // Starts the coordinator and, for every rank in `ranks`, its loader actor, workers and
+  // dispatcher. `options.world_size` is the job's world; `ranks` those hosted here.
+  static Result<std::shared_ptr<Cluster>> start(const LoaderOptions& options,
+                                                std::vector<uint32_t> ranks);
+  ~Cluster();
+  // A Loader for one of the hosted ranks (at most one open per rank).
+  Result<std::unique_ptr<Loader>> loader(uint32_t rank);
+  const Manifest& manifest() const;
+  const io::ScanReport& scan_report() const;
+  const LoaderOptions& options() const;
+  uint32_t logical_shards() const;
+  // Every actor's state, asked through its mailbox.
+  std::vector<RoleSnapshot> snapshot();
+  // Asks every actor to stop and waits for each acknowledgement (also done on destruction).
+  Status shutdown();
+
+ private:
+  friend class Loader;
+  struct Impl;
+  Cluster();
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardyard

@@ -1,0 +1,86 @@
+#include "actors/merger.h"
+
+namespace shardyard::actors {
+
+RankMerger::RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochTicket ticket,
+                       std::vector<std::shared_ptr<io::Channel>> channels)
+    : job_(std::move(job)),
+      rank_(rank),
+      ticket_(std::move(ticket)),
+      channels_(std::move(channels)),
+      pending_(channels_.size()),
+      cursor_(ticket_.take) {}
+
+uint64_t RankMerger::batch_begin(uint64_t step) const {
+  EpochPlan p;
+  p.steps = ticket_.steps;
+  p.batch_size = job_->batch_size;
+  p.ranks.resize(1);
+  p.ranks[0].items = ticket_.items;
+  return p.batch_begin(0, step);
+}
+
+Result<Item> RankMerger::take(uint32_t ch) {
+  auto& q = pending_[ch];
+  while (q.empty()) {
+    io::Packet packet;
+    SY_ASSIGN_OR_RETURN(bool got, channels_[ch]->pop(&packet));
+    if (!got)
+      return internal_error("rank " + std::to_string(rank_) + ": worker channel " +
+                            std::to_string(ch) + " ended early at item " +
+                            std::to_string(consumed_) + " of " + std::to_string(ticket_.items));
+    for (auto& it : packet.items) q.push_back(std::move(it));
+  }
+  Item item = std::move(q.front());
+  q.pop_front();
+  return item;
+}
+
+Result<std::optional<Batch>> RankMerger::next() {
+  if (step_ >= ticket_.steps) return std::optional<Batch>();
+  const uint64_t n = batch_begin(step_ + 1) - batch_begin(step_);
+  const bool exact = channels_.size() > 1 || job_->topology.workers == 1;
+  std::vector<Item> items;
+  items.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (exact) {
+      const uint32_t k = cursor_.next();
+      SY_ASSIGN_OR_RETURN(Item it, take(ticket_.worker_of[k]));
+      if (it.shard != ticket_.shards[k])
+        return internal_error("rank " + std::to_string(rank_) + ": expected an item of logical shard " +
+                              std::to_string(ticket_.shards[k]) + ", got one of " +
+                              std::to_string(it.shard));
+      items.push_back(std::move(it));
+    } else {
+      SY_ASSIGN_OR_RETURN(Item it, take(0));
+      items.push_back(std::move(it));
+    }
+  }
+  consumed_ += n;
+  Batch b = build_batch(items, ticket_.epoch, step_, rank_, *job_->pool);
+  ++step_;
+  if (step_ == ticket_.steps) SY_RETURN_IF_ERROR(check_drained());
+  return std::optional<Batch>(std::move(b));
+}
+
+Status RankMerger::check_drained() {
+  // Without drop_last every produced item must have been consumed; with it, workers stop at
+  // the plan's take counts, so the channels must be at their end too.
+  for (size_t ch = 0; ch < channels_.size(); ++ch) {
+    if (!pending_[ch].empty())
+      return internal_error("rank " + std::to_string(rank_) + ": worker channel " +
+                            std::to_string(ch) + " produced more items than planned");
+    io::Packet extra;
+    SY_ASSIGN_OR_RETURN(bool got, channels_[ch]->pop(&extra));
+    if (got)
+      return internal_error("rank " + std::to_string(rank_) + ": worker channel " +
+                            std::to_string(ch) + " produced more items than planned");
+  }
+  return Status::ok();
+}
+
+void RankMerger::cancel() {
+  for (auto& c : channels_) c->cancel();
+}
+
+}  // namespace shardyard::actors

@@ -1,0 +1,49 @@
+// RankMerger: turns the output of a rank's workers into that rank's batches.
+//
+// In exact order it walks the rank's interleave (from the EpochTicket) and takes each next
+// item from the worker that owns that position's logical shard, so the batches are the
+// same whatever the number of workers. In as-completed order it takes items as they arrive
+// on one channel shared by all workers (exactly once still holds, the order does not).
+// Batch sizes follow the epoch plan (equal step counts on every rank).
+//
+// Single-owner: one thread calls next(); cancel() may be called from any thread.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/job.h"
+#include "runtime/batch.h"
+
+namespace shardyard::actors {
+
+class RankMerger {
+ public:
+  RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochTicket ticket,
+             std::vector<std::shared_ptr<io::Channel>> channels);
+  // The next batch of the epoch, or nullopt after the last one.
+  Result<std::optional<Batch>> next();
+  void cancel();
+  uint64_t steps() const { return ticket_.steps; }
+  uint64_t step() const { return step_; }
+  uint64_t items_consumed() const { return consumed_; }
+
+ private:
+  Result<Item> take(uint32_t channel);
+  Status check_drained();
+  // Same layout as EpochPlan::batch_begin, from the ticket.
+  uint64_t batch_begin(uint64_t step) const;
+
+  std::shared_ptr<const JobData> job_;
+  uint32_t rank_;
+  EpochTicket ticket_;
+  std::vector<std::shared_ptr<io::Channel>> channels_;
+  std::vector<std::deque<Item>> pending_;  // per channel, items of popped packets
+  InterleaveCursor cursor_;
+  uint64_t step_ = 0;
+  uint64_t consumed_ = 0;
+};
+
+}  // namespace shardyard::actors

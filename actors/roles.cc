@@ -1,0 +1,250 @@
+#include "actors/roles.h"
+
+#include "actors/coordinator_state.h"
+#include "actors/dispatcher_state.h"
+#include "actors/worker_core.h"
+
+namespace shardyard::actors {
+
+caf::error to_error(const Status& st) {
+  return caf::make_error(caf::sec::runtime_error, st.to_string());
+}
+
+Status from_error(const caf::error& err) {
+  if (!err) return Status::ok();
+  const caf::message& ctx = err.context();
+  for (size_t i = 0; i < ctx.size(); ++i)
+    if (ctx.match_element<std::string>(i)) return unavailable(ctx.get_as<std::string>(i));
+  return unavailable(caf::to_string(err));
+}
+
+// ---- coordinator -------------------------------------------------------------------------
+
+namespace {
+
+struct CoordinatorActorState {
+  std::unique_ptr<CoordinatorState> core;
+  static inline const char* name = "shardyard.coordinator";
+};
+
+coordinator_actor::behavior_type coordinator_fn(
+    coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job) {
+  self->state.core = std::make_unique<CoordinatorState>(std::move(job));
+  return {
+      [=](const JoinRequest& req) -> caf::result<JobInfo> {
+        auto r = self->state.core->join(req);
+        if (!r.is_ok()) return to_error(r.status());
+        return r.value();
+      },
+      [=](const EpochKeyRequest& req) -> EpochKey { return self->state.core->epoch_key(req.epoch); },
+      [=](const RankEpochDone& done) { self->state.core->rank_done(done); },
+      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
+      [=](const ShutdownRequest&) -> ShutdownAck {
+        self->quit();
+        return ShutdownAck{"coordinator", 0, 0};
+      },
+  };
+}
+
+// ---- worker ------------------------------------------------------------------------------
+
+struct WorkerActorState {
+  std::unique_ptr<WorkerCore> core;
+  uint32_t rank = 0, worker = 0, epoch = 0;
+  uint64_t items = 0, bytes = 0;
+  std::string state = "idle";
+  static inline const char* name = "shardyard.worker";
+};
+
+worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActorState> self,
+                                      std::shared_ptr<const JobData> job, uint32_t rank,
+                                      uint32_t worker) {
+  self->state.rank = rank;
+  self->state.worker = worker;
+  self->state.core = std::make_unique<WorkerCore>(job, rank, worker);
+  return {
+      // Detached actor: the unit blocks this actor's own thread, nobody else's.
+      [=](const WorkUnit& unit) -> WorkerDone {
+        auto& st = self->state;
+        st.epoch = unit.epoch;
+        st.state = "running";
+        WorkerDone done{unit.rank, unit.worker, unit.epoch, 0, 0, true, {}};
+        auto channel = job->data_plane->attach(unit.channel);
+        if (!channel) {
+          done.ok = false;
+          done.error = "worker " + std::to_string(worker) + ": no data-plane channel '" +
+                       unit.channel + "'";
+        } else {
+          auto r = st.core->run(unit, *channel);
+          if (r.is_ok()) {
+            done.items = r->items;
+            done.bytes = r->bytes;
+          } else {
+            done.ok = false;
+            done.error = r.status().to_string();
+          }
+        }
+        st.items += done.items;
+        st.bytes += done.bytes;
+        st.state = done.ok ? "idle" : "failed";
+        return done;
+      },
+      [=](const SnapshotRequest&) -> ActorSnapshot {
+        auto& st = self->state;
+        ActorSnapshot s;
+        s.role = "worker";
+        s.rank = st.rank;
+        s.worker = st.worker;
+        s.state = st.state;
+        s.epoch = st.epoch;
+        s.items = st.items;
+        s.bytes = st.bytes;
+        return s;
+      },
+      [=](const ShutdownRequest&) -> ShutdownAck {
+        auto ack = ShutdownAck{"worker", self->state.rank, self->state.worker};
+        self->state.core.reset();
+        self->quit();
+        return ack;
+      },
+  };
+}
+
+// ---- dispatcher --------------------------------------------------------------------------
+
+struct DispatcherActorState {
+  std::unique_ptr<DispatcherState> core;
+  coordinator_actor coordinator;
+  std::vector<worker_actor> workers;
+  loader_actor loader;
+  static inline const char* name = "shardyard.dispatcher";
+};
+
+dispatcher_actor::behavior_type dispatcher_fn(
+    dispatcher_actor::stateful_pointer<DispatcherActorState> self,
+    std::shared_ptr<const JobData> job, uint32_t rank, coordinator_actor coordinator,
+    std::vector<worker_actor> workers, loader_actor loader) {
+  self->state.core = std::make_unique<DispatcherState>(job, rank);
+  self->state.coordinator = coordinator;
+  self->state.workers = std::move(workers);
+  self->state.loader = loader;
+  return {
+      [=](const EpochStart& start) -> caf::typed_response_promise<EpochTicket> {
+        auto rp = self->make_response_promise<EpochTicket>();
+        self->request(self->state.coordinator, caf::infinite, EpochKeyRequest{start.epoch})
+            .then(
+                [=](const EpochKey& key) mutable {
+                  auto a = self->state.core->start_epoch(start, key);
+                  if (!a.is_ok()) {
+                    rp.deliver(to_error(a.status()));
+                    return;
+                  }
+                  for (auto& unit : a->units) {
+                    auto w = self->state.workers[unit.worker];
+                    self->request(w, caf::infinite, unit)
+                        .then(
+                            [=](const WorkerDone& done) {
+                              self->state.core->unit_done(done);
+                              self->send(self->state.loader, done);
+                            },
+                            [=](const caf::error& err) {
+                              WorkerDone failed{unit.rank, unit.worker, unit.epoch, 0, 0,
+                                                false, caf::to_string(err)};
+                              self->state.core->unit_done(failed);
+                              self->send(self->state.loader, failed);
+                            });
+                  }
+                  rp.deliver(a->ticket);
+                },
+                [=](const caf::error& err) mutable { rp.deliver(err); });
+        return rp;
+      },
+      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
+      [=](const ShutdownRequest&) -> ShutdownAck {
+        self->state.workers.clear();
+        self->state.coordinator = nullptr;
+        self->state.loader = nullptr;
+        self->quit();
+        return ShutdownAck{"dispatcher", rank, 0};
+      },
+  };
+}
+
+// ---- loader ------------------------------------------------------------------------------
+
+struct LoaderActorState {
+  uint32_t rank = 0;
+  coordinator_actor coordinator;
+  StepReport cursor;
+  uint64_t produced = 0, bytes = 0;
+  uint32_t failures = 0;
+  std::string state = "idle";
+  static inline const char* name = "shardyard.loader";
+};
+
+}  // namespace
+
+coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job) {
+  return sys.spawn(coordinator_fn, std::move(job));
+}
+
+worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job,
+                          uint32_t rank, uint32_t worker) {
+  return sys.spawn<caf::detached>(worker_fn, std::move(job), rank, worker);
+}
+
+dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const JobData> job,
+                                  uint32_t rank, coordinator_actor coordinator,
+                                  std::vector<worker_actor> workers, loader_actor loader) {
+  return sys.spawn(dispatcher_fn, std::move(job), rank, std::move(coordinator),
+                   std::move(workers), std::move(loader));
+}
+
+namespace {
+loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActorState> self,
+                                      uint32_t rank, coordinator_actor coordinator) {
+  self->state.rank = rank;
+  self->state.coordinator = coordinator;
+  return {
+      [=](const StepReport& r) {
+        self->state.state = "running";
+        self->state.cursor = r;
+      },
+      [=](const RankEpochDone& done) {
+        self->state.state = "idle";
+        self->send(self->state.coordinator, done);
+      },
+      [=](const WorkerDone& done) {
+        self->state.produced += done.items;
+        self->state.bytes += done.bytes;
+        if (!done.ok) ++self->state.failures;
+      },
+      [=](const SnapshotRequest&) -> ActorSnapshot {
+        auto& st = self->state;
+        ActorSnapshot s;
+        s.role = "loader";
+        s.rank = st.rank;
+        s.state = st.state;
+        s.epoch = st.cursor.epoch;
+        s.steps = st.cursor.step;
+        s.items = st.cursor.items;
+        s.bytes = st.bytes;
+        s.detail = std::to_string(st.produced) + " items produced by workers, " +
+                   std::to_string(st.failures) + " failed units";
+        return s;
+      },
+      [=](const ShutdownRequest&) -> ShutdownAck {
+        self->state.coordinator = nullptr;
+        self->quit();
+        return ShutdownAck{"loader", rank, 0};
+      },
+  };
+}
+}  // namespace
+
+loader_actor spawn_loader_actor(caf::actor_system& sys, uint32_t rank,
+                                coordinator_actor coordinator) {
+  return sys.spawn(loader_fn, rank, std::move(coordinator));
+}
+
+}  // namespace shardyard::actors

@@ -1,0 +1,99 @@
+#include "actors/worker_core.h"
+
+namespace shardyard::actors {
+
+WorkerCore::WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32_t worker)
+    : job_(std::move(job)), reader_(*job_->fs, job_->manifest, job_->pool) {
+  identity_.rank = rank;
+  identity_.world_size = job_->topology.ranks;
+  identity_.worker = worker;
+  identity_.num_workers = job_->topology.workers;
+  identity_.global_worker = rank * job_->topology.workers + worker;
+  identity_.seed = job_->plan.seed;
+}
+
+Result<UnitStats> WorkerCore::run(const WorkUnit& unit, io::Channel& channel) {
+  UnitStats stats;
+  produced_.store(0, std::memory_order_relaxed);
+  Status st = produce(unit, channel, &stats);
+  channel.finish(st);
+  if (!st.is_ok()) return st;
+  return stats;
+}
+
+namespace {
+// One logical shard being emitted: its epoch sequence and the chunk in hand.
+struct ShardCursor {
+  ShardSequence seq;
+  size_t next_chunk = 0;
+  std::vector<Item> items;      // the current chunk, in item-id order
+  std::vector<uint32_t> perm;   // emission order
+  size_t pos = 0;
+};
+}  // namespace
+
+Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats* stats) {
+  identity_.epoch = unit.epoch;
+  ScopedWorkerInfo scoped(&identity_);
+  SY_ASSIGN_OR_RETURN(auto stages, build_pipeline(job_->pipeline));
+  for (auto& s : stages) SY_RETURN_IF_ERROR(s->open(identity_));
+
+  const auto& job = *job_;
+  const bool permute_chunks = job.manifest->seekable();
+  std::vector<ShardCursor> cursors;
+  cursors.reserve(unit.shards.size());
+  for (auto shard : unit.shards)
+    cursors.push_back(ShardCursor{ShardSequence(job.shards, shard, job.plan.chunk_items,
+                                                job.plan.shuffle, permute_chunks, unit.epoch_key)});
+
+  InterleaveCursor order(unit.take);
+  io::Packet packet;
+  uint64_t packet_bytes = 0;
+  while (!order.done()) {
+    const uint32_t k = order.next();
+    auto& c = cursors[k];
+    if (c.pos == c.perm.size()) {  // read the shard's next chunk
+      c.items.clear();
+      const uint64_t g0 = c.seq.chunk_begin(c.next_chunk), g1 = c.seq.chunk_end(c.next_chunk);
+      for (uint64_t g = g0; g < g1;) {
+        auto loc = job.index.locate(g);
+        uint64_t end = std::min(g1, job.index.source_end(loc.source));
+        SY_RETURN_IF_ERROR(
+            reader_.read(loc.source, loc.sample, loc.sample + (end - g), g, &c.items));
+        g = end;
+      }
+      c.perm = c.seq.chunk_permutation(c.next_chunk);
+      c.pos = 0;
+      ++c.next_chunk;
+    }
+    Item item = std::move(c.items[c.perm[c.pos++]]);
+    item.shard = unit.shards[k];
+    if (!stages.empty()) {
+      StageContext ctx{identity_, ItemRng(hash_combine(unit.epoch_key, item.id))};
+      for (auto& s : stages) {
+        Status st = s->process(item, ctx);
+        if (!st.is_ok())
+          return Status(st.code(), "stage failed on item '" + item.key + "' (item " +
+                                       std::to_string(item.id) + "): " + st.message());
+      }
+    }
+    uint64_t bytes = item.payload_bytes();
+    stats->bytes += bytes;
+    ++stats->items;
+    packet_bytes += bytes;
+    packet.items.push_back(std::move(item));
+    if (packet.items.size() >= job.packet_items || packet_bytes >= job.packet_bytes) {
+      produced_.fetch_add(packet.items.size(), std::memory_order_relaxed);
+      SY_RETURN_IF_ERROR(channel.push(std::move(packet)));
+      packet = io::Packet{};
+      packet_bytes = 0;
+    }
+  }
+  if (!packet.items.empty()) {
+    produced_.fetch_add(packet.items.size(), std::memory_order_relaxed);
+    SY_RETURN_IF_ERROR(channel.push(std::move(packet)));
+  }
+  return Status::ok();
+}
+
+}  // namespace shardyard::actors

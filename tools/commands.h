@@ -1,0 +1,20 @@
+// Subcommands of the shardyard command line; each registers itself on a CLI11 app and
+// returns the process exit code when run (0 ok, 1 error, 2 usage).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace shardyard::tools {
+
+using Command = std::function<int()>;
+
+Command add_run_command(CLI::App& app);
+Command add_manifest_commands(CLI::App& app);
+
+// Prints "shardyard: error: <what>" to stderr.
+void print_error(const std::string& what);
+void print_warning(const std::string& what);
+
+}  // namespace shardyard::tools

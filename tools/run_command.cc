@@ -1,0 +1,291 @@
+// `shardyard run`: loads a dataset end to end with R ranks in this process and prints a
+// JSON summary as the last line of stdout (the contract acceptance checks rely on).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "actors/loader.h"
+#include "commands.h"
+#include "digest.h"
+
+namespace shardyard::tools {
+
+namespace {
+
+struct RunArgs {
+  std::vector<std::string> sources;
+  uint32_t ranks = 1, workers = 2, batch_size = 64, epochs = 1;
+  uint64_t seed = 0;
+  uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2;
+  bool shuffle = false, drop_last = false, json = false, no_cache = false;
+  std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
+  std::string distributed_strategy = "strided", worker_strategy = "strided";
+  std::vector<std::string> maps;
+};
+
+// "type" or "type:key=value;key=value".
+Result<StageSpec> parse_stage(const std::string& text) {
+  StageSpec s;
+  auto colon = text.find(':');
+  s.type = text.substr(0, colon);
+  if (s.type.empty()) return invalid_argument("--map '" + text + "': missing stage type");
+  if (colon == std::string::npos) return s;
+  std::string rest = text.substr(colon + 1);
+  size_t pos = 0;
+  while (pos <= rest.size()) {
+    auto semi = rest.find(';', pos);
+    std::string kv = rest.substr(pos, semi - pos);
+    if (!kv.empty()) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos)
+        return invalid_argument("--map '" + text + "': parameter '" + kv + "' needs key=value");
+      s.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    if (semi == std::string::npos) break;
+    pos = semi + 1;
+  }
+  return s;
+}
+
+struct RankResult {
+  uint64_t samples = 0, bytes = 0, batches = 0;
+  uint64_t steps_per_epoch = 0;
+  Status status;
+};
+
+long peak_rss_kb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+double cpu_seconds() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec / 1e6;
+}
+
+// Runs one rank's trainer loop; writes its --dump-keys file.
+void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<uint64_t>& progress,
+              std::atomic<bool>& stop, RankResult* out) {
+  auto loader = cluster.loader(rank);
+  if (!loader.is_ok()) {
+    out->status = loader.status();
+    return;
+  }
+  std::ofstream dump;
+  if (!args.dump_dir.empty()) {
+    std::string path = args.dump_dir + "/rank-" + std::to_string(rank) + ".tsv";
+    dump.open(path);
+    if (!dump) {
+      out->status = io_error("cannot write " + path);
+      return;
+    }
+  }
+  Sha256 sha;
+  std::string line;
+  for (uint32_t epoch = 0; epoch < args.epochs && !stop; ++epoch) {
+    out->status = (*loader)->start_epoch(epoch);
+    if (!out->status.is_ok()) return;
+    out->steps_per_epoch = (*loader)->steps_per_epoch();
+    for (;;) {
+      if (stop) return;
+      auto batch = (*loader)->next();
+      if (!batch.is_ok()) {
+        out->status = batch.status();
+        return;
+      }
+      if (!batch->has_value()) break;
+      const Batch& b = **batch;
+      ++out->batches;
+      out->samples += b.size();
+      out->bytes += b.payload_bytes();
+      progress += b.size();
+      if (!dump.is_open()) continue;
+      for (size_t i = 0; i < b.size(); ++i) {
+        uint64_t bytes = 0;
+        for (const auto& col : b.columns()) {  // columns are sorted by field name
+          auto v = col.value(i);
+          bytes += v.size();
+          sha.add(v);
+        }
+        line.clear();
+        line += std::to_string(b.epoch()) + '\t' + std::to_string(b.step()) + '\t' + b.keys()[i] +
+                '\t' + std::to_string(bytes) + '\t' + sha.hex16() + '\n';
+        dump << line;
+      }
+    }
+  }
+  if (dump.is_open()) {
+    dump.flush();
+    if (!dump) out->status = io_error("cannot write the --dump-keys file of rank " + std::to_string(rank));
+  }
+}
+
+int run(const RunArgs& args) {
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  double cpu0 = cpu_seconds();
+  LoaderOptions opt;
+  opt.sources = args.sources;
+  opt.world_size = args.ranks;
+  opt.workers = args.workers;
+  opt.batch_size = args.batch_size;
+  opt.plan.seed = args.seed;
+  opt.plan.shuffle = args.shuffle;
+  opt.plan.drop_last = args.drop_last;
+  opt.plan.logical_shards = args.logical_shards;
+  opt.plan.chunk_items = args.chunk_items;
+  opt.plan.distributed_strategy = args.distributed_strategy;
+  opt.plan.worker_strategy = args.worker_strategy;
+  opt.order = args.order == "as_completed" ? Order::kAsCompleted : Order::kExact;
+  opt.on_corrupt = args.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
+  opt.prefetch_batches = args.prefetch_batches;
+  opt.use_manifest_cache = !args.no_cache;
+  opt.cache_dir = args.cache_dir;
+  for (const auto& m : args.maps) {
+    auto s = parse_stage(m);
+    if (!s.is_ok()) {
+      print_error(s.status().message());
+      return 2;
+    }
+    opt.pipeline.map(s->type, s->params);
+  }
+  if (!args.dump_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.dump_dir, ec);
+    if (ec) {
+      print_error("cannot create --dump-keys directory " + args.dump_dir + ": " + ec.message());
+      return 1;
+    }
+  }
+
+  std::vector<uint32_t> ranks(args.ranks);
+  for (uint32_t r = 0; r < args.ranks; ++r) ranks[r] = r;
+  auto cluster = Cluster::start(opt, ranks);
+  if (!cluster.is_ok()) {
+    print_error(cluster.status().to_string());
+    return 1;
+  }
+  const auto& report = (*cluster)->scan_report();
+  for (const auto& w : report.warnings) print_warning("skipped: " + w);
+  auto t_loaded = clock::now();
+
+  std::atomic<uint64_t> progress{0};
+  std::atomic<bool> stop{false}, finished{false};
+  const bool bar = !args.json && isatty(STDERR_FILENO);
+  const uint64_t expected = (*cluster)->manifest().num_samples() * args.epochs;
+  std::thread progress_thread;
+  if (bar) {
+    progress_thread = std::thread([&] {
+      while (!finished) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        double s = std::chrono::duration<double>(clock::now() - t_loaded).count();
+        uint64_t p = progress;
+        int width = 30, fill = expected ? static_cast<int>(width * std::min<double>(1.0, double(p) / expected)) : 0;
+        std::fprintf(stderr, "\r[%s%s] %3.0f%% %llu/%llu samples %.0f/s ",
+                     std::string(fill, '#').c_str(), std::string(width - fill, ' ').c_str(),
+                     expected ? 100.0 * p / expected : 0.0, static_cast<unsigned long long>(p),
+                     static_cast<unsigned long long>(expected), s > 0 ? p / s : 0.0);
+      }
+      std::fprintf(stderr, "\n");
+    });
+  }
+
+  std::vector<RankResult> results(args.ranks);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < args.ranks; ++r)
+    threads.emplace_back([&, r] {
+      run_rank(**cluster, r, args, progress, stop, &results[r]);
+      if (!results[r].status.is_ok()) stop = true;
+    });
+  for (auto& t : threads) t.join();
+  auto t_end = clock::now();
+  finished = true;
+  if (progress_thread.joinable()) progress_thread.join();
+  Status st = (*cluster)->shutdown();
+
+  for (const auto& r : results)
+    if (!r.status.is_ok() && r.status.code() != StatusCode::kCancelled) {
+      print_error(r.status.to_string());
+      return 1;
+    }
+  if (!st.is_ok()) {
+    print_error(st.to_string());
+    return 1;
+  }
+
+  RankResult total;
+  for (const auto& r : results) {
+    total.samples += r.samples;
+    total.bytes += r.bytes;
+    total.batches += r.batches;
+  }
+  double seconds = std::chrono::duration<double>(t_end - t_loaded).count();
+  nlohmann::json j;
+  j["samples"] = total.samples;
+  j["bytes"] = total.bytes;
+  j["batches"] = total.batches;
+  j["epochs"] = args.epochs;
+  j["seconds"] = seconds;
+  j["samples_per_s"] = seconds > 0 ? total.samples / seconds : 0.0;
+  j["mb_per_s"] = seconds > 0 ? total.bytes / seconds / 1e6 : 0.0;
+  j["corrupt_skipped"] = (*cluster)->manifest().num_damaged();
+  j["ranks"] = args.ranks;
+  j["workers"] = args.workers;
+  j["batch_size"] = args.batch_size;
+  j["logical_shards"] = (*cluster)->logical_shards();
+  j["steps_per_epoch"] = results.empty() ? 0 : results[0].steps_per_epoch;
+  j["sources"] = (*cluster)->manifest().sources.size();
+  j["fingerprint"] = (*cluster)->manifest().fingerprint_hex();
+  j["manifest_cached"] = report.from_cache;
+  j["manifest_seconds"] = std::chrono::duration<double>(t_loaded - t0).count();
+  j["total_seconds"] = std::chrono::duration<double>(t_end - t0).count();
+  j["cpu_seconds"] = cpu_seconds() - cpu0;
+  j["peak_rss_kb"] = peak_rss_kb();
+  if (!args.json)
+    std::fprintf(stderr, "loaded %llu samples (%.1f MB) in %.3f s: %.0f samples/s, %.1f MB/s\n",
+                 static_cast<unsigned long long>(total.samples), total.bytes / 1e6, seconds,
+                 j["samples_per_s"].get<double>(), j["mb_per_s"].get<double>());
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "load a dataset end to end and print a JSON summary");
+  cmd->add_option("--source", args->sources, "shard paths, brace patterns or directories")->required();
+  cmd->add_option("--ranks", args->ranks, "ranks run in this process")->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--workers", args->workers, "data workers per rank")->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--batch-size", args->batch_size, "items per batch and rank")->check(CLI::Range(1u, 1u << 24));
+  cmd->add_option("--epochs", args->epochs, "epochs to run")->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--seed", args->seed, "seed of the global order");
+  cmd->add_option("--logical-shards", args->logical_shards, "L (0: chosen from the manifest)");
+  cmd->add_option("--chunk-items", args->chunk_items, "shuffle block in items (0: chosen from the manifest)");
+  cmd->add_flag("--shuffle", args->shuffle, "permute shards, chunks and items every epoch");
+  cmd->add_option("--order", args->order, "exact | as_completed")->check(CLI::IsMember({"exact", "as_completed"}));
+  cmd->add_flag("--drop-last", args->drop_last, "every batch full; the tail is not delivered");
+  cmd->add_option("--on-corrupt", args->on_corrupt, "fail | skip")->check(CLI::IsMember({"fail", "skip"}));
+  cmd->add_option("--dump-keys", args->dump_dir, "write DIR/rank-<r>.tsv of every delivered sample");
+  cmd->add_flag("--json", args->json, "print only the JSON summary");
+  cmd->add_option("--prefetch-batches", args->prefetch_batches, "batches collated ahead per rank");
+  cmd->add_flag("--no-cache", args->no_cache, "do not read or write the manifest cache");
+  cmd->add_option("--cache-dir", args->cache_dir, "manifest cache folder");
+  cmd->add_option("--distributed-strategy", args->distributed_strategy, "contiguous | strided");
+  cmd->add_option("--worker-strategy", args->worker_strategy, "contiguous | strided");
+  cmd->add_option("--map", args->maps, "a stage: TYPE[:key=value;key=value] (repeatable)");
+  return [args] { return run(*args); };
+}
+
+}  // namespace shardyard::tools
