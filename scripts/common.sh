@@ -1,0 +1,36 @@
+# Shared by demo.sh and test.sh: install what is missing from Debian, then configure and
+# build. Sourced, not run. Safe to repeat: it installs nothing that is already there.
+set -euo pipefail
+
+SY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SY_JOBS="${SY_JOBS:-$(nproc)}"
+
+SY_PACKAGES=(
+  cmake g++ make pkg-config ccache git
+  libcaf-dev libssl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  python3 tar gzip
+  clang libclang-rt-14-dev
+)
+
+sy_install_packages() {
+  local missing=()
+  for p in "${SY_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  echo "== installing Debian packages: ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    --no-install-recommends "${missing[@]}"
+}
+
+# sy_build DIR [cmake args...]: configure (once) and build everything in DIR.
+sy_build() {
+  local dir="$1"; shift
+  cmake -S "$SY_ROOT" -B "$dir" "$@" >"$dir.configure.log" 2>&1 || {
+    cat "$dir.configure.log"; return 1; }
+  cmake --build "$dir" -j "$SY_JOBS"
+}

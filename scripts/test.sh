@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, build, run every test (unit, actors, end to end, example),
+# then rebuild with AddressSanitizer + UndefinedBehaviorSanitizer and run the tests again,
+# then build the tar fuzzer with clang and fuzz the reader for a bounded time.
+# Usage: scripts/test.sh            (SY_SKIP_SANITIZE=1 / SY_SKIP_FUZZ=1 to leave parts out)
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+sy_install_packages
+export SHARDYARD_CACHE_DIR="$(mktemp -d /tmp/shardyard-test-cache.XXXXXX)"
+trap 'rm -rf "$SHARDYARD_CACHE_DIR"' EXIT
+
+echo "== build (RelWithDebInfo) and test"
+mkdir -p "$SY_ROOT/build"
+sy_build "$SY_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_BENCHMARKS=ON
+(cd "$SY_ROOT/build" && ctest --output-on-failure -j "$SY_JOBS" --timeout 600)
+
+if [ "${SY_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "== build with ASan + UBSan and test"
+  mkdir -p "$SY_ROOT/build-asan"
+  sy_build "$SY_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSHARDYARD_SANITIZE=ON \
+    -DSHARDYARD_BENCHMARKS=OFF
+  (cd "$SY_ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure -j "$SY_JOBS" --timeout 900)
+fi
+
+if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz the tar reader (libFuzzer, bounded)"
+  mkdir -p "$SY_ROOT/build-fuzz"
+  CC=clang CXX=clang++ sy_build "$SY_ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ \
+    -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON -DSHARDYARD_BENCHMARKS=OFF
+  corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
+  cp "$SY_ROOT"/tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
+  "$SY_ROOT/build-fuzz/tests/fuzz/tar_fuzz" -max_total_time="${SY_FUZZ_SECONDS:-60}" \
+    -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
+  rm -rf "$corpus"
+fi
+echo "== all tests passed"

@@ -1,0 +1,171 @@
+// The in-process test cluster: all roles as real CAF actors in one process.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "actors/loader.h"
+#include "testdata.h"
+
+namespace shardyard {
+namespace {
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pattern_ = testing::make_dataset(tmp_.path() + "/d", 6, 20, 256, 3);
+    ASSERT_FALSE(pattern_.empty());
+    opt_.sources = {pattern_};
+    opt_.workers = 3;
+    opt_.batch_size = 7;
+    opt_.plan.shuffle = true;
+    opt_.plan.seed = 4;
+    opt_.cache_dir = tmp_.path() + "/cache";
+  }
+  // Drains the rest of an epoch; returns the keys.
+  static std::vector<std::string> drain(Loader& loader, Status* error = nullptr) {
+    std::vector<std::string> keys;
+    for (;;) {
+      auto b = loader.next();
+      if (!b.is_ok()) {
+        if (error) *error = b.status();
+        return keys;
+      }
+      if (!b->has_value()) return keys;
+      for (const auto& k : (*b)->keys()) keys.push_back(k);
+    }
+  }
+  testing::TempDir tmp_;
+  std::string pattern_;
+  LoaderOptions opt_;
+};
+
+TEST_F(ClusterTest, TwoRanksDeliverEverySampleOncePerEpoch) {
+  opt_.world_size = 2;
+  auto cluster = Cluster::start(opt_, {0, 1});
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
+  std::vector<std::vector<std::string>> keys(2);
+  std::vector<Status> errors(2);
+  std::vector<uint64_t> steps(2);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto loader = (*cluster)->loader(r);
+      if (!loader.is_ok()) {
+        errors[r] = loader.status();
+        return;
+      }
+      errors[r] = (*loader)->start_epoch(0);
+      steps[r] = (*loader)->steps_per_epoch();
+      if (errors[r].is_ok()) keys[r] = drain(**loader, &errors[r]);
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(errors[0].is_ok()) << errors[0].to_string();
+  ASSERT_TRUE(errors[1].is_ok()) << errors[1].to_string();
+  EXPECT_EQ(steps[0], steps[1]);
+  std::set<std::string> all(keys[0].begin(), keys[0].end());
+  all.insert(keys[1].begin(), keys[1].end());
+  EXPECT_EQ(all.size(), 120u);
+  EXPECT_EQ(keys[0].size() + keys[1].size(), 120u);
+}
+
+TEST_F(ClusterTest, SnapshotListsEveryRoleAndShutdownIsAcknowledged) {
+  opt_.world_size = 2;
+  auto cluster = Cluster::start(opt_, {0, 1});
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
+  size_t delivered = 0;
+  {
+    auto loader = (*cluster)->loader(0);
+    ASSERT_TRUE(loader.is_ok());
+    ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+    delivered = drain(**loader).size();
+    EXPECT_GT(delivered, 50u);  // about half of 120
+    EXPECT_FALSE((*cluster)->loader(0).is_ok()) << "a second loader for the same rank";
+  }
+  auto snap = (*cluster)->snapshot();
+  std::multiset<std::string> roles;
+  for (const auto& s : snap) roles.insert(s.role);
+  EXPECT_EQ(roles.count("coordinator"), 1u);
+  EXPECT_EQ(roles.count("dispatcher"), 2u);
+  EXPECT_EQ(roles.count("loader"), 2u);
+  EXPECT_EQ(roles.count("worker"), 6u);
+  uint64_t worker_items = 0;
+  for (const auto& s : snap)
+    if (s.role == "worker" && s.rank == 0) worker_items += s.items;
+  EXPECT_EQ(worker_items, delivered);
+  EXPECT_TRUE((*cluster)->shutdown().is_ok());
+  EXPECT_TRUE((*cluster)->shutdown().is_ok());  // idempotent
+  EXPECT_TRUE((*cluster)->snapshot().empty());
+}
+
+TEST_F(ClusterTest, AbandonedEpochDoesNotLeakIntoTheNext) {
+  auto loader = Loader::open(opt_);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+  auto first = (*loader)->next();
+  ASSERT_TRUE(first.is_ok() && first->has_value());
+  ASSERT_TRUE((*loader)->start_epoch(1).is_ok());  // abandons epoch 0 mid-way
+  auto keys = drain(**loader);
+  EXPECT_EQ(keys.size(), 120u);
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), 120u);
+}
+
+TEST_F(ClusterTest, LoaderDestroyedMidEpochStopsWorkers) {
+  opt_.prefetch_packets = 1;
+  opt_.batch_size = 1;
+  auto loader = Loader::open(opt_);
+  ASSERT_TRUE(loader.is_ok());
+  ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+  ASSERT_TRUE((*loader)->next().is_ok());
+  loader->reset();  // workers are blocked on full channels: must not hang
+  SUCCEED();
+}
+
+TEST_F(ClusterTest, ShardDamagedAfterPlanningFailsTheEpochWithTheFileName) {
+  opt_.workers = 2;
+  auto loader = Loader::open(opt_);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  // The manifest is built; now the shard changes under it.
+  std::string victim = tmp_.path() + "/d/shard-000002.tar";
+  std::filesystem::resize_file(victim, 2048);
+  ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+  Status error;
+  drain(**loader, &error);
+  ASSERT_FALSE(error.is_ok());
+  EXPECT_NE(error.message().find("shard-000002.tar"), std::string::npos) << error.to_string();
+}
+
+TEST_F(ClusterTest, RefusesBadOptionsClearly) {
+  LoaderOptions bad = opt_;
+  bad.sources.clear();
+  EXPECT_FALSE(Loader::open(bad).is_ok());
+  bad = opt_;
+  bad.plan.distributed_strategy = "nonesuch";
+  auto r = Loader::open(bad);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("nonesuch"), std::string::npos);
+  bad = opt_;
+  bad.pipeline.map("no_such_stage");
+  EXPECT_FALSE(Loader::open(bad).is_ok());
+  bad = opt_;
+  bad.world_size = 200;  // more ranks than logical shards
+  bad.rank = 0;
+  EXPECT_FALSE(Loader::open(bad).is_ok());
+}
+
+TEST_F(ClusterTest, TopologyComesFromTheEnvironment) {
+  LoaderOptions o;
+  setenv("RANK", "3", 1);
+  setenv("WORLD_SIZE", "8", 1);
+  EXPECT_TRUE(o.topology_from_env().is_ok());
+  EXPECT_EQ(o.rank, 3u);
+  EXPECT_EQ(o.world_size, 8u);
+  setenv("RANK", "x", 1);
+  EXPECT_FALSE(o.topology_from_env().is_ok());
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+}
+
+}  // namespace
+}  // namespace shardyard

@@ -1,0 +1,101 @@
+// Every protocol message survives CAF's binary serializer with all its fields, so nothing
+// process-local hides in a message and every type is registered.
+#include "actors/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace shardyard::actors {
+namespace {
+
+class ProtocolTest : public ::testing::Test {
+ protected:
+  ProtocolTest() {
+    register_protocol(cfg_);
+    cfg_.set("logger.verbosity", caf::atom("quiet"));
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+  }
+  // Serializes `in` as a type-erased caf::message (as the middleman does between
+  // processes) and reads it back.
+  template <class T>
+  T round_trip(const T& in) {
+    std::vector<char> buf;
+    caf::binary_serializer sink(*sys_, buf);
+    caf::message msg = caf::make_message(in);
+    EXPECT_FALSE(sink(msg));
+    caf::message out;
+    caf::binary_deserializer source(*sys_, buf);
+    EXPECT_FALSE(source(out));
+    EXPECT_TRUE(out.match_elements<T>()) << "type not registered or lost: " << typeid(T).name();
+    return out.match_elements<T>() ? out.get_as<T>(0) : T{};
+  }
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+};
+
+TEST_F(ProtocolTest, JobInfoRoundTrips) {
+  JobInfo j{0x1234567890abcdefULL, 999, 64, 256, 17, true, true, "strided", "contiguous", 8, 4, 256};
+  auto o = round_trip(j);
+  EXPECT_EQ(o.fingerprint, j.fingerprint);
+  EXPECT_EQ(o.num_items, 999u);
+  EXPECT_EQ(o.logical_shards, 64u);
+  EXPECT_EQ(o.chunk_items, 256u);
+  EXPECT_EQ(o.seed, 17u);
+  EXPECT_TRUE(o.shuffle);
+  EXPECT_TRUE(o.drop_last);
+  EXPECT_EQ(o.distributed_strategy, "strided");
+  EXPECT_EQ(o.worker_strategy, "contiguous");
+  EXPECT_EQ(o.world_size, 8u);
+  EXPECT_EQ(o.workers, 4u);
+  EXPECT_EQ(o.batch_size, 256u);
+}
+
+TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
+  auto jr = round_trip(JoinRequest{3, 5, 77});
+  EXPECT_EQ(jr.rank, 3u);
+  EXPECT_EQ(jr.workers, 5u);
+  EXPECT_EQ(jr.fingerprint, 77u);
+  EXPECT_EQ(round_trip(EpochKeyRequest{9}).epoch, 9u);
+  auto k = round_trip(EpochKey{4, 0xfeedULL});
+  EXPECT_EQ(k.epoch, 4u);
+  EXPECT_EQ(k.key, 0xfeedULL);
+  auto es = round_trip(EpochStart{1, 2, {"r1/e2/w0", "r1/e2/w1"}});
+  EXPECT_EQ(es.rank, 1u);
+  EXPECT_EQ(es.epoch, 2u);
+  EXPECT_EQ(es.channels, (std::vector<std::string>{"r1/e2/w0", "r1/e2/w1"}));
+  auto t = round_trip(EpochTicket{2, 10, 600, {5, 1, 9}, {60, 61, 62}, {0, 1, 0}});
+  EXPECT_EQ(t.steps, 10u);
+  EXPECT_EQ(t.items, 600u);
+  EXPECT_EQ(t.shards, (std::vector<uint32_t>{5, 1, 9}));
+  EXPECT_EQ(t.take, (std::vector<uint64_t>{60, 61, 62}));
+  EXPECT_EQ(t.worker_of, (std::vector<uint32_t>{0, 1, 0}));
+  auto u = round_trip(WorkUnit{1, 2, 3, 0xabcULL, {7, 8}, {10, 11}, "r1/e3/w2"});
+  EXPECT_EQ(u.worker, 2u);
+  EXPECT_EQ(u.epoch_key, 0xabcULL);
+  EXPECT_EQ(u.shards, (std::vector<uint32_t>{7, 8}));
+  EXPECT_EQ(u.take, (std::vector<uint64_t>{10, 11}));
+  EXPECT_EQ(u.channel, "r1/e3/w2");
+  auto d = round_trip(WorkerDone{1, 2, 3, 100, 4096, false, "corrupt: x.tar at byte 512"});
+  EXPECT_EQ(d.items, 100u);
+  EXPECT_EQ(d.bytes, 4096u);
+  EXPECT_FALSE(d.ok);
+  EXPECT_EQ(d.error, "corrupt: x.tar at byte 512");
+  auto rd = round_trip(RankEpochDone{1, 2, 30, 900});
+  EXPECT_EQ(rd.steps, 30u);
+  EXPECT_EQ(rd.items, 900u);
+  auto sr = round_trip(StepReport{1, 2, 3, 4});
+  EXPECT_EQ(sr.step, 3u);
+  EXPECT_EQ(sr.items, 4u);
+  round_trip(SnapshotRequest{});
+  auto snap = round_trip(ActorSnapshot{"worker", 1, 2, "running", 3, 4, 5, 6, "detail"});
+  EXPECT_EQ(snap.role, "worker");
+  EXPECT_EQ(snap.state, "running");
+  EXPECT_EQ(snap.steps, 6u);
+  EXPECT_EQ(snap.detail, "detail");
+  EXPECT_EQ(round_trip(ShutdownRequest{"bye"}).reason, "bye");
+  auto ack = round_trip(ShutdownAck{"dispatcher", 3, 0});
+  EXPECT_EQ(ack.role, "dispatcher");
+  EXPECT_EQ(ack.rank, 3u);
+}
+
+}  // namespace
+}  // namespace shardyard::actors

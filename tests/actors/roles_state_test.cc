@@ -1,0 +1,83 @@
+// The role state classes without any actor system.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "actors/coordinator_state.h"
+#include "actors/dispatcher_state.h"
+#include "io/manifest_scan.h"
+#include "testdata.h"
+
+namespace shardyard::actors {
+namespace {
+
+JobInfo job_info() {
+  JobInfo j;
+  j.fingerprint = 42;
+  j.world_size = 2;
+  j.workers = 3;
+  j.seed = 5;
+  return j;
+}
+
+TEST(CoordinatorStateTest, AdmitsMatchingRanksAndRejectsOthers) {
+  CoordinatorState c(job_info());
+  EXPECT_TRUE(c.join(JoinRequest{0, 3, 42}).is_ok());
+  EXPECT_TRUE(c.join(JoinRequest{1, 3, 42}).is_ok());
+  auto other_dataset = c.join(JoinRequest{1, 3, 43});
+  ASSERT_FALSE(other_dataset.is_ok());
+  EXPECT_NE(other_dataset.status().message().find("another dataset"), std::string::npos);
+  EXPECT_FALSE(c.join(JoinRequest{2, 3, 42}).is_ok());  // outside the world
+  EXPECT_FALSE(c.join(JoinRequest{0, 4, 42}).is_ok());  // other worker count
+}
+
+TEST(CoordinatorStateTest, HandsOutOneKeyPerEpochAndTracksCompletion) {
+  CoordinatorState c(job_info());
+  EXPECT_EQ(c.epoch_key(3).key, c.epoch_key(3).key);
+  EXPECT_NE(c.epoch_key(3).key, c.epoch_key(4).key);
+  EXPECT_EQ(c.epoch_key(3).key, shardyard::epoch_key(5, 3));
+  c.rank_done(RankEpochDone{0, 1, 10, 100});
+  EXPECT_FALSE(c.epoch_complete(1));
+  c.rank_done(RankEpochDone{1, 1, 10, 100});
+  EXPECT_TRUE(c.epoch_complete(1));
+}
+
+TEST(DispatcherStateTest, UnitsCoverTheRankShareOncePerWorker) {
+  testing::TempDir tmp;
+  auto pattern = testing::make_dataset(tmp.path(), 5, 13, 100, 1);
+  ASSERT_FALSE(pattern.empty());
+  io::ScanReport report;
+  auto m = io::build_manifest(io::local_file_system(), {pattern}, io::ScanOptions{}, &report);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  PlanSpec spec;
+  spec.shuffle = true;
+  spec.seed = 9;
+  auto job = make_job(std::make_shared<const Manifest>(std::move(m).value()), spec, Spec(),
+                      Topology{2, 3}, 4, &io::local_file_system());
+  ASSERT_TRUE(job.is_ok()) << job.status().to_string();
+  std::set<uint32_t> all;
+  uint64_t items = 0;
+  for (uint32_t r = 0; r < 2; ++r) {
+    DispatcherState d(*job, r);
+    EpochStart start{r, 1, {"a", "b", "c"}};
+    auto a = d.start_epoch(start, EpochKey{1, shardyard::epoch_key(9, 1)});
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    ASSERT_EQ(a->units.size(), 3u);
+    for (uint32_t w = 0; w < 3; ++w) {
+      EXPECT_EQ(a->units[w].worker, w);
+      EXPECT_EQ(a->units[w].channel, std::string(1, static_cast<char>('a' + w)));
+      for (auto s : a->units[w].shards) EXPECT_TRUE(all.insert(s).second) << "shard twice: " << s;
+    }
+    items += a->ticket.items;
+    EXPECT_EQ(d.snapshot().state, "running");
+    for (uint32_t w = 0; w < 3; ++w) d.unit_done(WorkerDone{r, w, 1, 1, 1, true, {}});
+    EXPECT_EQ(d.snapshot().state, "idle");
+    // A key that is not the plan's is refused (ranks must share the coordinator's seed).
+    EXPECT_FALSE(d.start_epoch(start, EpochKey{1, 12345}).is_ok());
+  }
+  EXPECT_EQ(all.size(), (*job)->shards.count());
+  EXPECT_EQ(items, 65u);
+}
+
+}  // namespace
+}  // namespace shardyard::actors
