@@ -1,5 +1,7 @@
 #include "actors/job.h"
 
+#include <algorithm>
+
 namespace shardyard::actors {
 
 JobInfo JobData::info() const {
@@ -50,7 +52,12 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
   job->topology = topology;
   job->batch_size = batch_size;
   job->fs = fs;
-  job->pool = BufferPool::create();
+  // The pool must be able to keep the buffers of the batches in flight (prefetched, being
+  // built, held by the trainer) plus the open chunks, or every large batch is mapped and
+  // page-faulted afresh. Size it from the mean sample size.
+  const uint64_t mean_bytes = job->manifest->payload_bytes() / n + 1024;
+  job->pool = BufferPool::create(static_cast<size_t>(
+      std::clamp<uint64_t>(mean_bytes * batch_size * 6 + (32u << 20), 32u << 20, 4ull << 30)));
   job->data_plane = io::inproc_data_plane();
   return job;
 }

@@ -2,7 +2,7 @@
 
 #include <condition_variable>
 #include <cstdlib>
-#include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -199,19 +199,55 @@ Status Cluster::shutdown() {
 
 // ---- loader ------------------------------------------------------------------------------
 
-// One epoch in progress: the merger, and the thread that collates batches ahead.
+// One epoch in progress: the merger, and the threads that collate batches ahead. Taking a
+// step's items from the workers is sequential (under take_mu); copying them into the batch
+// columns runs on up to two collator threads at once; batches are handed out in step order.
 struct Loader::Epoch {
   uint32_t epoch = 0;
   uint64_t steps = 0;
   std::unique_ptr<RankMerger> merger;
-  std::thread collator;
+  std::vector<std::thread> collators;
+  std::mutex take_mu;  // serialises merger->take_step()
   std::mutex mu;
   std::condition_variable changed;
-  std::deque<Result<std::optional<Batch>>> ready;  // guarded by mu
-  bool stop = false;                               // guarded by mu
+  std::map<uint64_t, Result<std::optional<Batch>>> ready;  // by step; guarded by mu
+  size_t building = 0;                                     // guarded by mu
+  bool taken_all = false;                                  // guarded by mu
+  bool stop = false;                                       // guarded by mu
   size_t depth = 2;
+  uint64_t next_step = 0;
   uint64_t delivered_steps = 0, delivered_items = 0;
   bool finished = false;
+
+  void collate() {
+    std::vector<Item> items;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        changed.wait(lock, [&] { return stop || taken_all || ready.size() + building < depth; });
+        if (stop || taken_all) return;
+        ++building;
+      }
+      uint64_t step = 0;
+      Result<bool> got = false;
+      {
+        std::lock_guard<std::mutex> take(take_mu);
+        got = merger->take_step(&items, &step);
+      }
+      Result<std::optional<Batch>> out = std::optional<Batch>();
+      if (!got.is_ok()) {
+        out = got.status();
+      } else if (*got) {
+        out = std::optional<Batch>(merger->build(items, step));
+        items.clear();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      --building;
+      if (!got.is_ok() || !*got) taken_all = true;
+      ready.emplace(step, std::move(out));
+      changed.notify_all();
+    }
+  }
 };
 
 Loader::Loader(std::shared_ptr<Cluster> cluster, uint32_t rank)
@@ -241,7 +277,7 @@ void Loader::stop_epoch() {
     epoch_->stop = true;
   }
   epoch_->changed.notify_all();
-  if (epoch_->collator.joinable()) epoch_->collator.join();
+  for (auto& t : epoch_->collators) t.join();
   epoch_.reset();
 }
 
@@ -288,20 +324,8 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels);
-  if (e.depth > 0) {
-    e.collator = std::thread([&e] {
-      for (;;) {
-        auto b = e.merger->next();
-        bool last = !b.is_ok() || !b->has_value();
-        std::unique_lock<std::mutex> lock(e.mu);
-        e.changed.wait(lock, [&] { return e.stop || e.ready.size() < e.depth; });
-        if (e.stop) return;
-        e.ready.push_back(std::move(b));
-        e.changed.notify_all();
-        if (last) return;
-      }
-    });
-  }
+  const size_t threads = std::min<size_t>(e.depth, 2);
+  for (size_t t = 0; t < threads; ++t) e.collators.emplace_back([&e] { e.collate(); });
   return Status::ok();
 }
 
@@ -314,9 +338,11 @@ Result<std::optional<Batch>> Loader::next() {
     b = e.merger->next();
   } else {
     std::unique_lock<std::mutex> lock(e.mu);
-    e.changed.wait(lock, [&] { return !e.ready.empty(); });
-    b = std::move(e.ready.front());
-    e.ready.pop_front();
+    e.changed.wait(lock, [&] { return e.ready.count(e.next_step) > 0; });
+    auto it = e.ready.find(e.next_step);
+    b = std::move(it->second);
+    e.ready.erase(it);
+    ++e.next_step;
     e.changed.notify_all();
   }
   auto& roles = cluster_->impl_->ranks.at(rank_);

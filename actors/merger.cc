@@ -36,31 +36,45 @@ Result<Item> RankMerger::take(uint32_t ch) {
   return item;
 }
 
-Result<std::optional<Batch>> RankMerger::next() {
-  if (step_ >= ticket_.steps) return std::optional<Batch>();
+Result<bool> RankMerger::take_step(std::vector<Item>* items, uint64_t* step) {
+  *step = step_;
+  if (step_ >= ticket_.steps) return false;
   const uint64_t n = batch_begin(step_ + 1) - batch_begin(step_);
+  // One channel per worker: follow the interleave. One shared channel: take as they come.
   const bool exact = channels_.size() > 1 || job_->topology.workers == 1;
-  std::vector<Item> items;
-  items.reserve(n);
+  items->clear();
+  items->reserve(n);
   for (uint64_t i = 0; i < n; ++i) {
     if (exact) {
       const uint32_t k = cursor_.next();
       SY_ASSIGN_OR_RETURN(Item it, take(ticket_.worker_of[k]));
       if (it.shard != ticket_.shards[k])
-        return internal_error("rank " + std::to_string(rank_) + ": expected an item of logical shard " +
+        return internal_error("rank " + std::to_string(rank_) +
+                              ": expected an item of logical shard " +
                               std::to_string(ticket_.shards[k]) + ", got one of " +
                               std::to_string(it.shard));
-      items.push_back(std::move(it));
+      items->push_back(std::move(it));
     } else {
       SY_ASSIGN_OR_RETURN(Item it, take(0));
-      items.push_back(std::move(it));
+      items->push_back(std::move(it));
     }
   }
   consumed_ += n;
-  Batch b = build_batch(items, ticket_.epoch, step_, rank_, *job_->pool);
   ++step_;
   if (step_ == ticket_.steps) SY_RETURN_IF_ERROR(check_drained());
-  return std::optional<Batch>(std::move(b));
+  return true;
+}
+
+Batch RankMerger::build(std::vector<Item>& items, uint64_t step) const {
+  return build_batch(items, ticket_.epoch, step, rank_, *job_->pool);
+}
+
+Result<std::optional<Batch>> RankMerger::next() {
+  std::vector<Item> items;
+  uint64_t step = 0;
+  SY_ASSIGN_OR_RETURN(bool got, take_step(&items, &step));
+  if (!got) return std::optional<Batch>();
+  return std::optional<Batch>(build(items, step));
 }
 
 Status RankMerger::check_drained() {

@@ -6,7 +6,8 @@
 // on one channel shared by all workers (exactly once still holds, the order does not).
 // Batch sizes follow the epoch plan (equal step counts on every rank).
 //
-// Single-owner: one thread calls next(); cancel() may be called from any thread.
+// Thread-compatible: take_step() must be called by one thread at a time (steps come out in
+// order); build() may run on several threads at once; cancel() from any thread.
 #pragma once
 
 #include <deque>
@@ -23,7 +24,12 @@ class RankMerger {
  public:
   RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochTicket ticket,
              std::vector<std::shared_ptr<io::Channel>> channels);
-  // The next batch of the epoch, or nullopt after the last one.
+  // The items of the next step, in order, and that step's number; false after the last
+  // step. On an error `*step` is the step that failed.
+  Result<bool> take_step(std::vector<Item>* items, uint64_t* step);
+  // Collates a step's items (one copy of each payload). Safe to call concurrently.
+  Batch build(std::vector<Item>& items, uint64_t step) const;
+  // take_step() then build(): the next batch of the epoch, or nullopt after the last one.
   Result<std::optional<Batch>> next();
   void cancel();
   uint64_t steps() const { return ticket_.steps; }

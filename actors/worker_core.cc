@@ -44,7 +44,8 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
   cursors.reserve(unit.shards.size());
   for (auto shard : unit.shards)
     cursors.push_back(ShardCursor{ShardSequence(job.shards, shard, job.plan.chunk_items,
-                                                job.plan.shuffle, permute_chunks, unit.epoch_key)});
+                                                job.plan.shuffle, permute_chunks, unit.epoch_key),
+                                  0, {}, {}, 0});
 
   InterleaveCursor order(unit.take);
   io::Packet packet;

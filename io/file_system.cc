@@ -1,6 +1,7 @@
 #include "io/file_system.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,21 @@ namespace shardyard::io {
 namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+class LocalMapping : public MappedRange {
+ public:
+  LocalMapping(void* base, size_t length, size_t skip, size_t n)
+      : base_(base), length_(length), data_(static_cast<const uint8_t*>(base) + skip), n_(n) {}
+  ~LocalMapping() override { ::munmap(base_, length_); }
+  const uint8_t* data() const override { return data_; }
+  size_t size() const override { return n_; }
+
+ private:
+  void* base_;
+  size_t length_;
+  const uint8_t* data_;
+  size_t n_;
+};
 
 class LocalFile : public RandomAccessFile {
  public:
@@ -36,6 +52,18 @@ class LocalFile : public RandomAccessFile {
   }
   uint64_t size() const override { return size_; }
   const std::string& uri() const override { return uri_; }
+
+  Result<std::shared_ptr<const MappedRange>> map(uint64_t offset, size_t n) override {
+    if (offset + n > size_)
+      return corrupt(uri_ + ": truncated: wanted " + std::to_string(n) + " bytes at byte " +
+                     std::to_string(offset) + ", file has " + std::to_string(size_));
+    const uint64_t start = offset & ~static_cast<uint64_t>(4095);
+    const size_t skip = static_cast<size_t>(offset - start), length = skip + n;
+    void* base = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd_, static_cast<off_t>(start));
+    if (base == MAP_FAILED) return std::shared_ptr<const MappedRange>();  // read instead
+    ::madvise(base, length, MADV_WILLNEED);
+    return std::shared_ptr<const MappedRange>(new LocalMapping(base, length, skip, n));
+  }
 
  private:
   int fd_;

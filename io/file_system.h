@@ -25,11 +25,25 @@ struct FileInfo {
   int64_t mtime_ns = 0;
 };
 
+// A read-only view of a byte range of a file, valid while the object lives (a memory
+// mapping of the page cache for local files: no copy is made).
+class MappedRange {
+ public:
+  virtual ~MappedRange() = default;
+  virtual const uint8_t* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
 class RandomAccessFile {
  public:
   virtual ~RandomAccessFile() = default;
   // Reads up to n bytes at `offset`; fewer only at the end of the file.
   virtual Result<size_t> read_at(uint64_t offset, void* dst, size_t n) = 0;
+  // Maps [offset, offset + n) read-only, or nullptr when this file cannot be mapped (the
+  // caller then reads). Fails when the range is past the end of the file.
+  virtual Result<std::shared_ptr<const MappedRange>> map(uint64_t /*offset*/, size_t /*n*/) {
+    return std::shared_ptr<const MappedRange>();
+  }
   virtual uint64_t size() const = 0;
   virtual const std::string& uri() const = 0;
 };

@@ -12,9 +12,10 @@ struct SampleReader::GzCursor {
 };
 
 SampleReader::SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
-                           std::shared_ptr<BufferPool> pool, size_t max_open_files)
+                           std::shared_ptr<BufferPool> pool, size_t max_open_files,
+                           size_t map_threshold_bytes)
     : fs_(fs), manifest_(std::move(manifest)), pool_(std::move(pool)),
-      max_open_(std::max<size_t>(1, max_open_files)) {}
+      max_open_(std::max<size_t>(1, max_open_files)), map_threshold_(map_threshold_bytes) {}
 
 SampleReader::~SampleReader() = default;
 
@@ -53,6 +54,17 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   const auto& src = manifest_->sources[source];
   const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
   SY_ASSIGN_OR_RETURN(auto f, file(source));
+  if (src.kind == SourceKind::kTar && end - begin >= map_threshold_) {
+    auto mapped = f->map(begin, end - begin);
+    if (!mapped.is_ok())
+      return Status(mapped.status().code(),
+                    mapped.status().message() + " (changed since its manifest was built?)");
+    if (*mapped) {
+      bytes_read_ += end - begin;
+      const auto& m = **mapped;
+      return parse(source, m.data(), m.size(), *mapped, begin, first, last, id, out);
+    }
+  }
   auto buf = pool_->acquire(end - begin);
   if (src.kind == SourceKind::kTarGz) {
     auto& cur = gz_[source];
@@ -75,21 +87,23 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
       return Status(st.code(), st.message() + " (changed since its manifest was built?)");
   }
   bytes_read_ += end - begin;
-  return parse(source, std::move(buf), begin, first, last, id, out);
+  const uint8_t* data = buf->data();
+  size_t size = buf->size();
+  return parse(source, data, size, std::move(buf), begin, first, last, id, out);
 }
 
-Status SampleReader::parse(uint32_t source, std::shared_ptr<Buffer> buf, uint64_t base,
-                           uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out) {
+Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
+                           std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
+                           uint64_t last, uint64_t id, std::vector<Item>* out) {
   const auto& src = manifest_->sources[source];
   uint64_t sample = first;
   Item* cur = nullptr;
-  std::shared_ptr<const void> owner = buf;
   auto mismatch = [&](uint64_t offset, const std::string& what) {
     return corrupt(src.uri + " at byte " + std::to_string(offset) + ": " + what +
                    " (the shard changed since its manifest was built; rebuild it)");
   };
   SY_RETURN_IF_ERROR(parse_tar_buffer(
-      buf->data(), buf->size(), base, src.uri,
+      data, size, base, src.uri,
       [&](const TarEntry& e, const uint8_t* payload) -> Status {
         if (!e.regular) return Status::ok();
         SY_ASSIGN_OR_RETURN(auto kf, split_key(e.path));
@@ -116,7 +130,7 @@ Status SampleReader::parse(uint32_t source, std::shared_ptr<Buffer> buf, uint64_
         return Status::ok();
       }));
   if (sample != last)
-    return mismatch(base + buf->size(), "found " + std::to_string(sample - first) +
+    return mismatch(base + size, "found " + std::to_string(sample - first) +
                                             " samples where the manifest has " +
                                             std::to_string(last - first));
   return Status::ok();

@@ -2,7 +2,10 @@
 //
 // For a tar shard the byte range of samples [first, last) (known from the manifest) is read
 // with one positioned read into a pooled page-aligned buffer and parsed in place; every
-// item's fields are views into that buffer, which the items keep alive. A gzip-compressed
+// item's fields are views into that buffer, which the items keep alive. Ranges of at least
+// `map_threshold_bytes` are memory-mapped instead of read where the file system allows it:
+// the page cache is then copied once, straight into the batch, and the mapping is dropped
+// when the range's last item is. A gzip-compressed
 // shard is inflated forward from where this reader last stopped (restarting only when asked
 // for an earlier run). A directory source reads the run's files. What is read is checked
 // against the manifest (keys and member boundaries), so a shard that changed since its
@@ -28,7 +31,8 @@ namespace shardyard::io {
 class SampleReader {
  public:
   SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
-               std::shared_ptr<BufferPool> pool, size_t max_open_files = 64);
+               std::shared_ptr<BufferPool> pool, size_t max_open_files = 64,
+               size_t map_threshold_bytes = 256u << 10);
   ~SampleReader();
   // Appends samples [first, last) of source `source` to `out`; item ids are
   // first_item_id, first_item_id + 1, ... (shard is left for the caller to set).
@@ -43,13 +47,15 @@ class SampleReader {
                   std::vector<Item>* out);
   Status read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                   std::vector<Item>* out);
-  Status parse(uint32_t source, std::shared_ptr<Buffer> buf, uint64_t base, uint64_t first,
-               uint64_t last, uint64_t id, std::vector<Item>* out);
+  Status parse(uint32_t source, const uint8_t* data, size_t size,
+               std::shared_ptr<const void> owner, uint64_t base, uint64_t first, uint64_t last,
+               uint64_t id, std::vector<Item>* out);
 
   FileSystem& fs_;
   std::shared_ptr<const Manifest> manifest_;
   std::shared_ptr<BufferPool> pool_;
   size_t max_open_;
+  size_t map_threshold_;
   std::list<uint32_t> lru_;  // most recent first
   std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> open_;
   std::unordered_map<uint32_t, std::unique_ptr<GzCursor>> gz_;

@@ -44,23 +44,25 @@ bool parse_number(const uint8_t* p, size_t n, uint64_t* out) {
   return any || n == 0 || p[0] == '\0' || p[0] == ' ';
 }
 
-std::string field_string(const uint8_t* p, size_t n) {
-  size_t len = 0;
-  while (len < n && p[len] != '\0') ++len;
-  return std::string(reinterpret_cast<const char*>(p), len);
-}
-
 bool checksum_ok(const uint8_t* b) {
   uint64_t stored = 0;
   if (!parse_number(b + 148, 8, &stored)) return false;
-  uint64_t usum = 0;
+  // Sum of all bytes with the checksum field read as spaces; a plain loop the compiler
+  // vectorises. Old archives used signed bytes: try that only when the usual sum fails.
+  uint32_t usum = 0;
+  for (size_t i = 0; i < kTarBlock; ++i) usum += b[i];
+  for (size_t i = 148; i < 156; ++i) usum -= b[i];
+  usum += 8 * ' ';
+  if (stored == usum) return true;
   int64_t ssum = 0;
-  for (size_t i = 0; i < kTarBlock; ++i) {
-    uint8_t c = (i >= 148 && i < 156) ? ' ' : b[i];
-    usum += c;
-    ssum += static_cast<int8_t>(c);
-  }
-  return stored == usum || static_cast<int64_t>(stored) == ssum;
+  for (size_t i = 0; i < kTarBlock; ++i)
+    ssum += static_cast<int8_t>((i >= 148 && i < 156) ? ' ' : b[i]);
+  return static_cast<int64_t>(stored) == ssum;
+}
+
+size_t field_length(const uint8_t* p, size_t n) {
+  const void* nul = std::memchr(p, 0, n);
+  return nul ? static_cast<size_t>(static_cast<const uint8_t*>(nul) - p) : n;
 }
 
 }  // namespace
@@ -91,7 +93,7 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
     return Kind::kExtension;
   }
 
-  entry_ = TarEntry{};
+  // Reuse entry_.path's storage: one allocation per decoder, not one per member.
   entry_.type = type;
   entry_.regular = (type == '0' || type == '\0' || type == '7');
   entry_.start_offset = pending_start_;
@@ -102,10 +104,16 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
   } else if (!long_name_.empty()) {
     entry_.path = long_name_;
   } else {
-    std::string name = field_string(b, 100);
-    bool ustar = std::memcmp(b + 257, "ustar", 5) == 0;
-    std::string prefix = (ustar && b[262] == '\0') ? field_string(b + 345, 155) : std::string();
-    entry_.path = prefix.empty() ? name : prefix + "/" + name;
+    const char* name = reinterpret_cast<const char*>(b);
+    const char* prefix = reinterpret_cast<const char*>(b + 345);
+    bool ustar = std::memcmp(b + 257, "ustar", 5) == 0 && b[262] == '\0';
+    size_t prefix_len = ustar ? field_length(b + 345, 155) : 0;
+    entry_.path.clear();
+    if (prefix_len > 0) {
+      entry_.path.append(prefix, prefix_len);
+      entry_.path.push_back('/');
+    }
+    entry_.path.append(name, field_length(b, 100));
   }
   if (!entry_.regular) entry_.size = (type == '5' || type == '1' || type == '2') ? 0 : entry_.size;
   has_pending_ = false;

@@ -44,7 +44,7 @@ class Buffer {
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   // Keeps at most `max_cached_bytes` of idle buffers for reuse.
-  static std::shared_ptr<BufferPool> create(size_t max_cached_bytes = 256u << 20);
+  static std::shared_ptr<BufferPool> create(size_t max_cached_bytes = 32u << 20);
   ~BufferPool();
   // A buffer of at least `bytes` (rounded up to a size class), size() == bytes.
   std::shared_ptr<Buffer> acquire(size_t bytes);

@@ -43,7 +43,7 @@ uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards) {
   uint64_t n = m.num_samples();
   if (n == 0) return 1;
   uint64_t avg = std::max<uint64_t>(1, m.payload_bytes() / n);
-  uint64_t target = std::max<uint64_t>(64 << 10, (64ull << 20) / std::max(1u, logical_shards));
+  uint64_t target = std::max<uint64_t>(64 << 10, (8ull << 20) / std::max(1u, logical_shards));
   return static_cast<uint32_t>(std::clamp<uint64_t>(target / avg, 1, 8192));
 }
 

@@ -78,8 +78,11 @@ class LogicalShards {
 // the number of items). Depends on the manifest only, never on the topology.
 uint32_t default_logical_shards(uint64_t num_items, size_t num_sources);
 
-// Default shuffle-block size: about max(64 KiB, 64 MiB / L) of payload per chunk, so that
-// a rank holds about 64 MiB / R of open chunks whatever the dataset's size.
+// Default shuffle-block size: about max(64 KiB, 8 MiB / L) of payload per chunk (at least
+// one item). A worker holds one open chunk per logical shard it serves, so a rank holds
+// about 8 MiB / R of open chunks (plus tar headers, and at least one item per shard)
+// whatever the dataset's size. Small chunks also keep the copies in cache; mixing comes
+// from interleaving the logical shards item by item (docs/sharding.md).
 uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards);
 
 // What a sharding strategy sees of one logical shard.
