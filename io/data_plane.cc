@@ -16,10 +16,16 @@ class InprocChannel : public Channel {
 
   Status push(Packet packet) override {
     std::unique_lock<std::mutex> lock(mu_);
-    not_full_.wait(lock, [&] { return cancelled_ || queue_.size() < capacity_; });
+    if (!cancelled_ && queue_.size() >= capacity_) {
+      ++producers_waiting_;
+      not_full_.wait(lock, [&] { return cancelled_ || queue_.size() < capacity_; });
+      --producers_waiting_;
+    }
     if (cancelled_) return cancelled("the consumer stopped reading");
     queue_.push_back(std::move(packet));
-    not_empty_.notify_one();
+    // Wake the consumer only when it can be waiting: a futex wake per packet costs more
+    // than moving the packet.
+    if (consumer_waiting_) not_empty_.notify_one();
     return Status::ok();
   }
 
@@ -32,15 +38,20 @@ class InprocChannel : public Channel {
 
   Result<bool> pop(Packet* out) override {
     std::unique_lock<std::mutex> lock(mu_);
-    not_empty_.wait(lock, [&] {
+    auto ready = [&] {
       return !queue_.empty() || !error_.is_ok() || finished_ == producers_ || cancelled_;
-    });
+    };
+    if (!ready()) {
+      consumer_waiting_ = true;
+      not_empty_.wait(lock, ready);
+      consumer_waiting_ = false;
+    }
     if (!error_.is_ok()) return error_;
     if (cancelled_) return cancelled("channel cancelled");
     if (queue_.empty()) return false;
     *out = std::move(queue_.front());
     queue_.pop_front();
-    not_full_.notify_one();
+    if (producers_waiting_ > 0) not_full_.notify_one();
     return true;
   }
 
@@ -66,6 +77,8 @@ class InprocChannel : public Channel {
   uint32_t finished_ = 0;     // guarded by mu_
   Status error_;              // guarded by mu_
   bool cancelled_ = false;    // guarded by mu_
+  bool consumer_waiting_ = false;  // guarded by mu_
+  uint32_t producers_waiting_ = 0;  // guarded by mu_
 };
 
 class InprocDataPlane : public DataPlane {
