@@ -59,7 +59,8 @@ ActorSnapshot DispatcherState::snapshot() const {
   s.items = items_done_;
   s.bytes = bytes_done_;
   s.state = !failure_.empty() ? "failed" : outstanding_ > 0 ? "running" : "idle";
-  s.detail = std::to_string(outstanding_) + " units out" + (failure_.empty() ? "" : ": " + failure_);
+  s.detail =
+      std::to_string(outstanding_) + " units out" + (failure_.empty() ? "" : ": " + failure_);
   return s;
 }
 

@@ -31,8 +31,8 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
   if (plan.logical_shards == 0)
     plan.logical_shards = default_logical_shards(n, manifest->sources.size());
   if (plan.logical_shards > n)
-    return invalid_argument(std::to_string(plan.logical_shards) +
-                            " logical shards for " + std::to_string(n) +
+    return invalid_argument(std::to_string(plan.logical_shards) + " logical shards for " +
+                            std::to_string(n) +
                             " items: every logical shard needs at least one item");
   if (plan.chunk_items == 0) plan.chunk_items = default_chunk_items(*manifest, plan.logical_shards);
   if (topology.ranks == 0 || topology.workers == 0 || batch_size == 0)

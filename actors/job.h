@@ -30,8 +30,8 @@ struct JobData {
   io::FileSystem* fs = nullptr;
   std::shared_ptr<BufferPool> pool;
   std::shared_ptr<io::DataPlane> data_plane;
-  uint32_t packet_items = 128;          // items per data-plane packet
-  uint64_t packet_bytes = 4u << 20;     // or fewer when they reach this many bytes
+  uint32_t packet_items = 128;       // items per data-plane packet
+  uint64_t packet_bytes = 4u << 20;  // or fewer when they reach this many bytes
 
   JobInfo info() const;
 };

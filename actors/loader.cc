@@ -100,12 +100,12 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   scan.threads = options.scan_threads;
   if (options.use_manifest_cache)
     scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
-  auto& fs = io::local_file_system();
+  auto& fs = options.file_system ? *options.file_system : io::local_file_system();
   SY_ASSIGN_OR_RETURN(auto manifest, io::build_manifest(fs, options.sources, scan, &d.report));
-  SY_ASSIGN_OR_RETURN(
-      auto job, make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
-                         options.pipeline, Topology{options.world_size, options.workers},
-                         options.batch_size, &fs));
+  SY_ASSIGN_OR_RETURN(auto job,
+                      make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
+                               options.pipeline, Topology{options.world_size, options.workers},
+                               options.batch_size, &fs));
   d.job = job;
 
   register_protocol(d.cfg);
@@ -180,8 +180,8 @@ Status Cluster::shutdown() {
           .receive([&](const ShutdownAck&) {},
                    [&](const caf::error& err) {
                      if (result.is_ok())
-                       result = unavailable(what + " did not acknowledge shutdown: " +
-                                            caf::to_string(err));
+                       result = unavailable(
+                           what + " did not acknowledge shutdown: " + caf::to_string(err));
                    });
     };
     for (auto& [r, roles] : d.ranks) {
@@ -297,8 +297,8 @@ Status Loader::start_epoch(uint32_t epoch) {
   if (exact) {
     for (uint32_t w = 0; w < w_count; ++w) {
       start.channels.push_back(base + "w" + std::to_string(w));
-      channels.push_back(job.data_plane->open_channel(start.channels.back(), 1,
-                                                      d.options.prefetch_packets));
+      channels.push_back(
+          job.data_plane->open_channel(start.channels.back(), 1, d.options.prefetch_packets));
     }
   } else {
     start.channels.push_back(base + "all");
@@ -352,7 +352,8 @@ Result<std::optional<Batch>> Loader::next() {
   }
   if (!b->has_value()) {
     e.finished = true;
-    caf::anon_send(roles.loader, RankEpochDone{rank_, e.epoch, e.delivered_steps, e.delivered_items});
+    caf::anon_send(roles.loader,
+                   RankEpochDone{rank_, e.epoch, e.delivered_steps, e.delivered_items});
     return b;
   }
   ++e.delivered_steps;

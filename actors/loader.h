@@ -44,16 +44,20 @@ struct LoaderOptions {
   std::vector<std::string> sources;  // paths, brace patterns, directories
   uint32_t rank = 0;
   uint32_t world_size = 1;
-  uint32_t workers = 2;        // data workers per rank (threads in this placement)
+  uint32_t workers = 2;  // data workers per rank (threads in this placement)
   uint32_t batch_size = 64;
-  PlanSpec plan;               // L, seed, shuffle, drop_last, strategies
+  PlanSpec plan;  // L, seed, shuffle, drop_last, strategies
   Order order = Order::kExact;
   io::OnCorrupt on_corrupt = io::OnCorrupt::kFail;
-  Spec pipeline;               // replicable stages run by every worker
+  Spec pipeline;                  // replicable stages run by every worker
   uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
   uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 64 items or 4 MiB)
+  // Where source bytes come from; null = the local file system. A user file system (a
+  // database, an object store client) serves every source; its reads run on the worker
+  // threads, where current_worker() says who is reading. Must outlive the loader.
+  io::FileSystem* file_system = nullptr;
   bool use_manifest_cache = true;
-  std::string cache_dir;          // empty: io::default_cache_dir()
+  std::string cache_dir;  // empty: io::default_cache_dir()
   unsigned scan_threads = 2;
 
   // Sets rank and world_size from torchrun (RANK, WORLD_SIZE), Open MPI

@@ -49,10 +49,9 @@ Result<bool> RankMerger::take_step(std::vector<Item>* items, uint64_t* step) {
       const uint32_t k = cursor_.next();
       SY_ASSIGN_OR_RETURN(Item it, take(ticket_.worker_of[k]));
       if (it.shard != ticket_.shards[k])
-        return internal_error("rank " + std::to_string(rank_) +
-                              ": expected an item of logical shard " +
-                              std::to_string(ticket_.shards[k]) + ", got one of " +
-                              std::to_string(it.shard));
+        return internal_error(
+            "rank " + std::to_string(rank_) + ": expected an item of logical shard " +
+            std::to_string(ticket_.shards[k]) + ", got one of " + std::to_string(it.shard));
       items->push_back(std::move(it));
     } else {
       SY_ASSIGN_OR_RETURN(Item it, take(0));

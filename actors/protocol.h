@@ -134,8 +134,8 @@ struct ShutdownAck {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JobInfo& x) {
   return f(caf::meta::type_name("JobInfo"), x.fingerprint, x.num_items, x.logical_shards,
-           x.chunk_items, x.seed, x.shuffle, x.drop_last, x.distributed_strategy,
-           x.worker_strategy, x.world_size, x.workers, x.batch_size);
+           x.chunk_items, x.seed, x.shuffle, x.drop_last, x.distributed_strategy, x.worker_strategy,
+           x.world_size, x.workers, x.batch_size);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
@@ -165,8 +165,8 @@ typename Inspector::result_type inspect(Inspector& f, WorkUnit& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerDone& x) {
-  return f(caf::meta::type_name("WorkerDone"), x.rank, x.worker, x.epoch, x.items, x.bytes,
-           x.ok, x.error);
+  return f(caf::meta::type_name("WorkerDone"), x.rank, x.worker, x.epoch, x.items, x.bytes, x.ok,
+           x.error);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankEpochDone& x) {

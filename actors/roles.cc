@@ -36,7 +36,9 @@ coordinator_actor::behavior_type coordinator_fn(
         if (!r.is_ok()) return to_error(r.status());
         return r.value();
       },
-      [=](const EpochKeyRequest& req) -> EpochKey { return self->state.core->epoch_key(req.epoch); },
+      [=](const EpochKeyRequest& req) -> EpochKey {
+        return self->state.core->epoch_key(req.epoch);
+      },
       [=](const RankEpochDone& done) { self->state.core->rank_done(done); },
       [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
       [=](const ShutdownRequest&) -> ShutdownAck {
@@ -72,8 +74,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         auto channel = job->data_plane->attach(unit.channel);
         if (!channel) {
           done.ok = false;
-          done.error = "worker " + std::to_string(worker) + ": no data-plane channel '" +
-                       unit.channel + "'";
+          done.error =
+              "worker " + std::to_string(worker) + ": no data-plane channel '" + unit.channel + "'";
         } else {
           auto r = st.core->run(unit, *channel);
           if (r.is_ok()) {
@@ -148,8 +150,8 @@ dispatcher_actor::behavior_type dispatcher_fn(
                               self->send(self->state.loader, done);
                             },
                             [=](const caf::error& err) {
-                              WorkerDone failed{unit.rank, unit.worker, unit.epoch, 0, 0,
-                                                false, caf::to_string(err)};
+                              WorkerDone failed{unit.rank, unit.worker, unit.epoch,         0,
+                                                0,         false,       caf::to_string(err)};
                               self->state.core->unit_done(failed);
                               self->send(self->state.loader, failed);
                             });
@@ -188,16 +190,16 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job) {
   return sys.spawn(coordinator_fn, std::move(job));
 }
 
-worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job,
-                          uint32_t rank, uint32_t worker) {
+worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
+                          uint32_t worker) {
   return sys.spawn<caf::detached>(worker_fn, std::move(job), rank, worker);
 }
 
 dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const JobData> job,
                                   uint32_t rank, coordinator_actor coordinator,
                                   std::vector<worker_actor> workers, loader_actor loader) {
-  return sys.spawn(dispatcher_fn, std::move(job), rank, std::move(coordinator),
-                   std::move(workers), std::move(loader));
+  return sys.spawn(dispatcher_fn, std::move(job), rank, std::move(coordinator), std::move(workers),
+                   std::move(loader));
 }
 
 namespace {

@@ -18,28 +18,22 @@
 namespace shardyard::actors {
 
 using coordinator_actor = caf::typed_actor<
-    caf::replies_to<JoinRequest>::with<JobInfo>,
-    caf::replies_to<EpochKeyRequest>::with<EpochKey>,
-    caf::reacts_to<RankEpochDone>,
-    caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+    caf::replies_to<JoinRequest>::with<JobInfo>, caf::replies_to<EpochKeyRequest>::with<EpochKey>,
+    caf::reacts_to<RankEpochDone>, caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
     caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
-using worker_actor = caf::typed_actor<
-    caf::replies_to<WorkUnit>::with<WorkerDone>,
-    caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
-    caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
+using worker_actor = caf::typed_actor<caf::replies_to<WorkUnit>::with<WorkerDone>,
+                                      caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+                                      caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
-using dispatcher_actor = caf::typed_actor<
-    caf::replies_to<EpochStart>::with<EpochTicket>,
-    caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
-    caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
+using dispatcher_actor = caf::typed_actor<caf::replies_to<EpochStart>::with<EpochTicket>,
+                                          caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+                                          caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
-using loader_actor = caf::typed_actor<
-    caf::reacts_to<StepReport>,
-    caf::reacts_to<RankEpochDone>,
-    caf::reacts_to<WorkerDone>,
-    caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
-    caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
+using loader_actor = caf::typed_actor<caf::reacts_to<StepReport>, caf::reacts_to<RankEpochDone>,
+                                      caf::reacts_to<WorkerDone>,
+                                      caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+                                      caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
 // A Status as a caf::error (sec::runtime_error carrying the message) and back.
 caf::error to_error(const Status& st);
@@ -48,8 +42,8 @@ Status from_error(const caf::error& err);
 // Spawn order: coordinator, loader actor, workers, dispatcher (which reports progress to
 // the loader actor). The trainer-side Loader sends EpochStart to the dispatcher itself.
 coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job);
-worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job,
-                          uint32_t rank, uint32_t worker);
+worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
+                          uint32_t worker);
 dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const JobData> job,
                                   uint32_t rank, coordinator_actor coordinator,
                                   std::vector<worker_actor> workers, loader_actor loader);

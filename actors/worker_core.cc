@@ -26,8 +26,8 @@ namespace {
 struct ShardCursor {
   ShardSequence seq;
   size_t next_chunk = 0;
-  std::vector<Item> items;      // the current chunk, in item-id order
-  std::vector<uint32_t> perm;   // emission order
+  std::vector<Item> items;     // the current chunk, in item-id order
+  std::vector<uint32_t> perm;  // emission order
   size_t pos = 0;
 };
 }  // namespace
@@ -45,7 +45,10 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
   for (auto shard : unit.shards)
     cursors.push_back(ShardCursor{ShardSequence(job.shards, shard, job.plan.chunk_items,
                                                 job.plan.shuffle, permute_chunks, unit.epoch_key),
-                                  0, {}, {}, 0});
+                                  0,
+                                  {},
+                                  {},
+                                  0});
 
   InterleaveCursor order(unit.take);
   io::Packet packet;

@@ -47,11 +47,16 @@ int main(int argc, char** argv) {
   uint32_t epochs = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--source") opt.sources.push_back(value);
-    else if (flag == "--workers") opt.workers = static_cast<uint32_t>(std::stoul(value));
-    else if (flag == "--batch-size") opt.batch_size = static_cast<uint32_t>(std::stoul(value));
-    else if (flag == "--epochs") epochs = static_cast<uint32_t>(std::stoul(value));
-    else return fail(invalid_argument("unknown flag " + flag));
+    if (flag == "--source")
+      opt.sources.push_back(value);
+    else if (flag == "--workers")
+      opt.workers = static_cast<uint32_t>(std::stoul(value));
+    else if (flag == "--batch-size")
+      opt.batch_size = static_cast<uint32_t>(std::stoul(value));
+    else if (flag == "--epochs")
+      epochs = static_cast<uint32_t>(std::stoul(value));
+    else
+      return fail(invalid_argument("unknown flag " + flag));
   }
   opt.plan.shuffle = true;
   opt.plan.seed = 17;
@@ -84,8 +89,8 @@ int main(int argc, char** argv) {
     uint64_t expected = (*loader)->manifest().num_samples();
     if (opt.world_size == 1 && seen.size() != expected)
       return fail(internal_error("epoch " + std::to_string(epoch) + " delivered " +
-                                 std::to_string(seen.size()) + " of " +
-                                 std::to_string(expected) + " samples"));
+                                 std::to_string(seen.size()) + " of " + std::to_string(expected) +
+                                 " samples"));
   }
   std::printf("ok: %u epochs, %llu samples, label sum %llu\n", epochs,
               static_cast<unsigned long long>(total), static_cast<unsigned long long>(label_sum));

@@ -73,11 +73,11 @@ class InprocChannel : public Channel {
   const size_t capacity_;
   mutable std::mutex mu_;
   std::condition_variable not_full_, not_empty_;
-  std::deque<Packet> queue_;  // guarded by mu_
-  uint32_t finished_ = 0;     // guarded by mu_
-  Status error_;              // guarded by mu_
-  bool cancelled_ = false;    // guarded by mu_
-  bool consumer_waiting_ = false;  // guarded by mu_
+  std::deque<Packet> queue_;        // guarded by mu_
+  uint32_t finished_ = 0;           // guarded by mu_
+  Status error_;                    // guarded by mu_
+  bool cancelled_ = false;          // guarded by mu_
+  bool consumer_waiting_ = false;   // guarded by mu_
   uint32_t producers_waiting_ = 0;  // guarded by mu_
 };
 

@@ -208,8 +208,7 @@ Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n) {
   SY_ASSIGN_OR_RETURN(size_t got, f.read_at(offset, dst, n));
   if (got != n)
     return corrupt(f.uri() + ": truncated: wanted " + std::to_string(n) + " bytes at byte " +
-                   std::to_string(offset) + ", file ends at byte " +
-                   std::to_string(offset + got));
+                   std::to_string(offset) + ", file ends at byte " + std::to_string(offset + got));
   return Status::ok();
 }
 

@@ -27,7 +27,8 @@ class SampleGrouper {
   SampleGrouper(SourceEntry* out, const std::string& source) : out_(out), source_(source) {}
   Status add(const std::string& path, uint64_t begin, uint64_t end, uint64_t size) {
     auto kf = split_key(path);
-    if (!kf.is_ok()) return corrupt(source_ + " at byte " + std::to_string(begin) + ": " + kf.status().message());
+    if (!kf.is_ok())
+      return corrupt(source_ + " at byte " + std::to_string(begin) + ": " + kf.status().message());
     if (has_current_ && kf->key == current_.key) {
       if (kf->field == last_field_)
         return corrupt(source_ + " at byte " + std::to_string(begin) + ": member '" + path +

@@ -25,13 +25,13 @@ enum class OnCorrupt { kFail, kSkip };
 
 struct ScanOptions {
   OnCorrupt on_corrupt = OnCorrupt::kFail;
-  unsigned threads = 2;    // sources scanned in parallel; 0 = hardware concurrency
-  std::string cache_dir;   // empty: no cache
+  unsigned threads = 2;   // sources scanned in parallel; 0 = hardware concurrency
+  std::string cache_dir;  // empty: no cache
 };
 
 struct ScanReport {
   bool from_cache = false;
-  std::string cache_path;  // where it was read from or written to
+  std::string cache_path;             // where it was read from or written to
   std::vector<std::string> warnings;  // one per damaged source (kSkip)
 };
 

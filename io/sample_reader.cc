@@ -14,8 +14,11 @@ struct SampleReader::GzCursor {
 SampleReader::SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
                            std::shared_ptr<BufferPool> pool, size_t max_open_files,
                            size_t map_threshold_bytes)
-    : fs_(fs), manifest_(std::move(manifest)), pool_(std::move(pool)),
-      max_open_(std::max<size_t>(1, max_open_files)), map_threshold_(map_threshold_bytes) {}
+    : fs_(fs),
+      manifest_(std::move(manifest)),
+      pool_(std::move(pool)),
+      max_open_(std::max<size_t>(1, max_open_files)),
+      map_threshold_(map_threshold_bytes) {}
 
 SampleReader::~SampleReader() = default;
 
@@ -43,8 +46,8 @@ Status SampleReader::read(uint32_t source, uint64_t first, uint64_t last, uint64
   const auto& src = manifest_->sources.at(source);
   if (first >= last) return Status::ok();
   if (last > src.samples.size())
-    return internal_error(src.uri + ": asked for samples up to " + std::to_string(last) +
-                          " of " + std::to_string(src.samples.size()));
+    return internal_error(src.uri + ": asked for samples up to " + std::to_string(last) + " of " +
+                          std::to_string(src.samples.size()));
   if (src.kind == SourceKind::kDirectory) return read_dir(source, first, last, id, out);
   return read_tar(source, first, last, id, out);
 }
@@ -103,8 +106,7 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
                    " (the shard changed since its manifest was built; rebuild it)");
   };
   SY_RETURN_IF_ERROR(parse_tar_buffer(
-      data, size, base, src.uri,
-      [&](const TarEntry& e, const uint8_t* payload) -> Status {
+      data, size, base, src.uri, [&](const TarEntry& e, const uint8_t* payload) -> Status {
         if (!e.regular) return Status::ok();
         SY_ASSIGN_OR_RETURN(auto kf, split_key(e.path));
         if (cur == nullptr || kf.key != cur->key) {
@@ -131,8 +133,8 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
       }));
   if (sample != last)
     return mismatch(base + size, "found " + std::to_string(sample - first) +
-                                            " samples where the manifest has " +
-                                            std::to_string(last - first));
+                                     " samples where the manifest has " +
+                                     std::to_string(last - first));
   return Status::ok();
 }
 

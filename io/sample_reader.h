@@ -47,9 +47,8 @@ class SampleReader {
                   std::vector<Item>* out);
   Status read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                   std::vector<Item>* out);
-  Status parse(uint32_t source, const uint8_t* data, size_t size,
-               std::shared_ptr<const void> owner, uint64_t base, uint64_t first, uint64_t last,
-               uint64_t id, std::vector<Item>* out);
+  Status parse(uint32_t source, const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
+               uint64_t base, uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out);
 
   FileSystem& fs_;
   std::shared_ptr<const Manifest> manifest_;

@@ -188,9 +188,10 @@ Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_
                      std::to_string(got) + " bytes");
     SY_ASSIGN_OR_RETURN(auto kind, dec.decode(block, offset));
     if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
-    uint64_t padded = ((kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size()
-                                                                   : dec.entry().size) +
-                       kTarBlock - 1) / kTarBlock * kTarBlock;
+    uint64_t padded =
+        ((kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size() : dec.entry().size) +
+         kTarBlock - 1) /
+        kTarBlock * kTarBlock;
     if (kind == TarHeaderDecoder::Kind::kExtension) {
       ext.resize(padded);
       SY_ASSIGN_OR_RETURN(size_t n, in.read(ext.data(), padded));
@@ -224,15 +225,15 @@ Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
     SY_ASSIGN_OR_RETURN(auto kind, dec.decode(data + pos, offset));
     if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
     pos += kTarBlock;
-    uint64_t size = kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size()
-                                                                : dec.entry().size;
+    uint64_t size =
+        kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size() : dec.entry().size;
     uint64_t padded = (size + kTarBlock - 1) / kTarBlock * kTarBlock;
     if (size > len - pos)
       return corrupt(at(source, offset) + ": truncated: entry needs " + std::to_string(size) +
                      " payload bytes, " + std::to_string(len - pos) + " left");
     if (kind == TarHeaderDecoder::Kind::kExtension) {
-      SY_RETURN_IF_ERROR(dec.extension_data(
-          std::string_view(reinterpret_cast<const char*>(data + pos), size)));
+      SY_RETURN_IF_ERROR(
+          dec.extension_data(std::string_view(reinterpret_cast<const char*>(data + pos), size)));
     } else {
       SY_RETURN_IF_ERROR(on_entry(dec.entry(), data + pos));
     }

@@ -24,12 +24,14 @@ inline constexpr size_t kTarBlock = 512;
 
 struct TarEntry {
   std::string path;
-  char type = '0';             // ustar typeflag after extensions
-  bool regular = true;         // a file with data (as opposed to a directory, link, ...)
-  uint64_t size = 0;           // payload bytes
-  uint64_t start_offset = 0;   // first header block of the entry, extension headers included
-  uint64_t data_offset = 0;    // first payload byte
-  uint64_t end_offset() const { return data_offset + ((size + kTarBlock - 1) / kTarBlock) * kTarBlock; }
+  char type = '0';            // ustar typeflag after extensions
+  bool regular = true;        // a file with data (as opposed to a directory, link, ...)
+  uint64_t size = 0;          // payload bytes
+  uint64_t start_offset = 0;  // first header block of the entry, extension headers included
+  uint64_t data_offset = 0;   // first payload byte
+  uint64_t end_offset() const {
+    return data_offset + ((size + kTarBlock - 1) / kTarBlock) * kTarBlock;
+  }
 };
 
 // Decodes header blocks one at a time, carrying PAX and GNU extension state to the entry

@@ -50,8 +50,8 @@ class Batch {
   uint64_t payload_bytes() const;
 
  private:
-  friend Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step,
-                           uint32_t rank, BufferPool& pool);
+  friend Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
+                           BufferPool& pool);
   uint32_t epoch_ = 0;
   uint64_t step_ = 0;
   uint32_t rank_ = 0;

@@ -59,7 +59,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   const size_t max_cached_;
   mutable std::mutex mu_;
   std::vector<std::pair<size_t, uint8_t*>> idle_;  // guarded by mu_
-  size_t idle_bytes_ = 0;                           // guarded by mu_
+  size_t idle_bytes_ = 0;                          // guarded by mu_
 };
 
 }  // namespace shardyard

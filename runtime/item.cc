@@ -36,9 +36,9 @@ void Item::set_field(std::string name, std::string bytes) {
 }
 
 void Item::remove_field(std::string_view name) {
-  fields.erase(std::remove_if(fields.begin(), fields.end(),
-                              [&](const Field& f) { return f.name == name; }),
-               fields.end());
+  fields.erase(
+      std::remove_if(fields.begin(), fields.end(), [&](const Field& f) { return f.name == name; }),
+      fields.end());
 }
 
 }  // namespace shardyard

@@ -9,9 +9,12 @@ namespace shardyard {
 
 const char* source_kind_name(SourceKind kind) {
   switch (kind) {
-    case SourceKind::kTar: return "tar";
-    case SourceKind::kTarGz: return "tar.gz";
-    case SourceKind::kDirectory: return "directory";
+    case SourceKind::kTar:
+      return "tar";
+    case SourceKind::kTarGz:
+      return "tar.gz";
+    case SourceKind::kDirectory:
+      return "directory";
   }
   return "unknown";
 }
@@ -167,11 +170,10 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
   auto body_size = head.uint(8);
   if (version > kManifestFormatVersion)
     return corrupt(name + ": manifest format version " + std::to_string(version) +
-                   " is newer than this build supports (" +
-                   std::to_string(kManifestFormatVersion) + "); rebuild the manifest");
+                   " is newer than this build supports (" + std::to_string(kManifestFormatVersion) +
+                   "); rebuild the manifest");
   if (bytes.size() - 24 < body_size + 8)
-    return corrupt(name + ": manifest is truncated (" + std::to_string(bytes.size()) +
-                   " bytes)");
+    return corrupt(name + ": manifest is truncated (" + std::to_string(bytes.size()) + " bytes)");
   std::string_view body = bytes.substr(24, body_size);
   Reader tail{bytes, 24 + body_size};
   Hasher h;

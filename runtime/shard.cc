@@ -88,7 +88,8 @@ StrategyRegistry& StrategyRegistry::global() {
 }
 
 Status StrategyRegistry::add(const std::string& name, ShardingStrategy strategy) {
-  if (name.empty() || !strategy) return invalid_argument("a sharding strategy needs a name and a function");
+  if (name.empty() || !strategy)
+    return invalid_argument("a sharding strategy needs a name and a function");
   std::lock_guard<std::mutex> lock(mu_);
   strategies_[name] = std::move(strategy);
   return Status::ok();
@@ -100,8 +101,7 @@ Result<ShardingStrategy> StrategyRegistry::get(const std::string& name) const {
   if (it == strategies_.end()) {
     std::string known;
     for (const auto& [n, s] : strategies_) known += (known.empty() ? "" : ", ") + n;
-    return invalid_argument("unknown sharding strategy '" + name + "' (registered: " + known +
-                            ")");
+    return invalid_argument("unknown sharding strategy '" + name + "' (registered: " + known + ")");
   }
   return it->second;
 }
@@ -247,8 +247,8 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
   for (uint32_t r = 0; r < r_count; ++r) {
     auto& rp = plan.ranks[r];
     if (rp.shards.empty())
-      return invalid_argument("sharding strategy '" + spec.distributed_strategy +
-                              "' gives rank " + std::to_string(r) + " no logical shard");
+      return invalid_argument("sharding strategy '" + spec.distributed_strategy + "' gives rank " +
+                              std::to_string(r) + " no logical shard");
     rp.worker_of = work(rank_infos[r], w_count);
     SY_RETURN_IF_ERROR(check(rp.worker_of, rp.shards.size(), w_count, spec.worker_strategy));
     for (auto j : rp.shards) {

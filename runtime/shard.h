@@ -124,7 +124,7 @@ struct PlanSpec {
   uint32_t logical_shards = 0;  // L; 0 = default_logical_shards()
   uint32_t chunk_items = 0;     // shuffle block in items; 0 = default_chunk_items()
   uint64_t seed = 0;
-  bool shuffle = false;  // permute shard order, chunk order and items inside chunks
+  bool shuffle = false;    // permute shard order, chunk order and items inside chunks
   bool drop_last = false;  // every batch full; the epoch's tail beyond is not delivered
   std::string distributed_strategy = "strided";
   std::string worker_strategy = "strided";
@@ -155,18 +155,18 @@ class InterleaveCursor {
 
 // One rank's share of an epoch.
 struct RankPlan {
-  std::vector<uint32_t> shards;     // logical shards, in interleave order
-  std::vector<uint64_t> take;       // items delivered from each shard (all, or fewer with drop_last)
+  std::vector<uint32_t> shards;  // logical shards, in interleave order
+  std::vector<uint64_t> take;    // items delivered from each shard (all, or fewer with drop_last)
   std::vector<uint32_t> worker_of;  // worker of each shard
   uint64_t items = 0;               // sum of take
 };
 
 struct EpochPlan {
   uint32_t epoch = 0;
-  uint64_t epoch_key = 0;               // hash of (seed, epoch): keys every shuffle of the epoch
-  std::vector<uint32_t> shard_order;    // the epoch order of logical shards
+  uint64_t epoch_key = 0;             // hash of (seed, epoch): keys every shuffle of the epoch
+  std::vector<uint32_t> shard_order;  // the epoch order of logical shards
   std::vector<RankPlan> ranks;
-  uint64_t steps = 0;                   // same for every rank
+  uint64_t steps = 0;  // same for every rank
   uint32_t batch_size = 1;
   // First rank-order position of `step` on `rank` (step == steps gives the end).
   uint64_t batch_begin(uint32_t rank, uint64_t step) const;

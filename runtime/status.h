@@ -44,7 +44,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status corrupt(std::string m) { return {StatusCode::kCorrupt, std::move(m)}; }
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
@@ -56,7 +58,7 @@ inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.is_ok() && "Result built from an OK status carries no value");
     if (status_.is_ok()) status_ = internal_error("Result built from an OK status");
@@ -81,17 +83,16 @@ class [[nodiscard]] Result {
 }  // namespace shardyard
 
 // Returns early from the enclosing function when `expr` is a non-OK Status.
-#define SY_RETURN_IF_ERROR(expr)                     \
-  do {                                               \
-    ::shardyard::Status sy_status_ = (expr);         \
-    if (!sy_status_.is_ok()) return sy_status_;      \
+#define SY_RETURN_IF_ERROR(expr)                \
+  do {                                          \
+    ::shardyard::Status sy_status_ = (expr);    \
+    if (!sy_status_.is_ok()) return sy_status_; \
   } while (0)
 
 #define SY_CONCAT_INNER(a, b) a##b
 #define SY_CONCAT(a, b) SY_CONCAT_INNER(a, b)
 // `SY_ASSIGN_OR_RETURN(auto x, f());` binds the value or returns the Status.
-#define SY_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto SY_CONCAT(sy_result_, __LINE__) = (expr);                        \
-  if (!SY_CONCAT(sy_result_, __LINE__).is_ok())                         \
-    return SY_CONCAT(sy_result_, __LINE__).status();                    \
+#define SY_ASSIGN_OR_RETURN(lhs, expr)                                                           \
+  auto SY_CONCAT(sy_result_, __LINE__) = (expr);                                                 \
+  if (!SY_CONCAT(sy_result_, __LINE__).is_ok()) return SY_CONCAT(sy_result_, __LINE__).status(); \
   lhs = std::move(SY_CONCAT(sy_result_, __LINE__)).value()

@@ -26,8 +26,10 @@ fi
 if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   echo "== fuzz the tar reader (libFuzzer, bounded)"
   mkdir -p "$SY_ROOT/build-fuzz"
-  CC=clang CXX=clang++ sy_build "$SY_ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ \
-    -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON -DSHARDYARD_BENCHMARKS=OFF
+  cmake -S "$SY_ROOT" -B "$SY_ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
+    -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
+  cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz
   corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
   cp "$SY_ROOT"/tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
   "$SY_ROOT/build-fuzz/tests/fuzz/tar_fuzz" -max_total_time="${SY_FUZZ_SECONDS:-60}" \

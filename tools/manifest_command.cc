@@ -36,22 +36,27 @@ int show(const Manifest& m, const ManifestArgs& a) {
     j["payload_bytes"] = m.payload_bytes();
     j["damaged"] = m.num_damaged();
     for (const auto& s : m.sources) {
-      nlohmann::json js{{"uri", s.uri}, {"kind", source_kind_name(s.kind)},
-                        {"size_bytes", s.size_bytes}, {"samples", s.samples.size()}};
+      nlohmann::json js{{"uri", s.uri},
+                        {"kind", source_kind_name(s.kind)},
+                        {"size_bytes", s.size_bytes},
+                        {"samples", s.samples.size()}};
       if (s.damaged) js["damage"] = s.damage;
       if (a.samples)
         for (const auto& e : s.samples)
-          js["sample_list"].push_back({{"key", e.key}, {"begin", e.begin}, {"end", e.end},
+          js["sample_list"].push_back({{"key", e.key},
+                                       {"begin", e.begin},
+                                       {"end", e.end},
                                        {"payload_bytes", e.payload_bytes}});
       j["sources"].push_back(js);
     }
     std::cout << j.dump(2) << std::endl;
     return 0;
   }
-  std::printf("fingerprint  %s\nsources      %zu\nsamples      %llu\npayload      %.1f MB\ndamaged      %zu\n",
-              m.fingerprint_hex().c_str(), m.sources.size(),
-              static_cast<unsigned long long>(m.num_samples()), m.payload_bytes() / 1e6,
-              m.num_damaged());
+  std::printf(
+      "fingerprint  %s\nsources      %zu\nsamples      %llu\npayload      %.1f MB\ndamaged      "
+      "%zu\n",
+      m.fingerprint_hex().c_str(), m.sources.size(),
+      static_cast<unsigned long long>(m.num_samples()), m.payload_bytes() / 1e6, m.num_damaged());
   for (const auto& s : m.sources) {
     std::printf("  %-9s %8zu samples %12llu bytes  %s%s%s\n", source_kind_name(s.kind),
                 s.samples.size(), static_cast<unsigned long long>(s.size_bytes), s.uri.c_str(),
@@ -59,7 +64,8 @@ int show(const Manifest& m, const ManifestArgs& a) {
     if (a.samples)
       for (const auto& e : s.samples)
         std::printf("      %s  [%llu, %llu)  %llu bytes\n", e.key.c_str(),
-                    static_cast<unsigned long long>(e.begin), static_cast<unsigned long long>(e.end),
+                    static_cast<unsigned long long>(e.begin),
+                    static_cast<unsigned long long>(e.end),
                     static_cast<unsigned long long>(e.payload_bytes));
   }
   return 0;
@@ -72,10 +78,12 @@ Command add_manifest_commands(CLI::App& app) {
   auto* m = app.add_subcommand("manifest", "build or show dataset manifests");
   m->require_subcommand(1);
   auto* build = m->add_subcommand("build", "scan the sources' headers and cache the manifest");
-  build->add_option("--source", args->sources, "shard paths, brace patterns or directories")->required();
+  build->add_option("--source", args->sources, "shard paths, brace patterns or directories")
+      ->required();
   build->add_option("--output", args->output, "also write the manifest to this file");
   build->add_option("--cache-dir", args->cache_dir, "manifest cache folder");
-  build->add_option("--on-corrupt", args->on_corrupt, "fail | skip")->check(CLI::IsMember({"fail", "skip"}));
+  build->add_option("--on-corrupt", args->on_corrupt, "fail | skip")
+      ->check(CLI::IsMember({"fail", "skip"}));
   build->add_option("--threads", args->threads, "sources scanned in parallel");
   auto* showc = m->add_subcommand("show", "print a manifest (from a file or the sources)");
   showc->add_option("file", args->file, "a manifest file");
@@ -106,11 +114,13 @@ Command add_manifest_commands(CLI::App& app) {
         }
       }
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("manifest %s: %zu sources, %llu samples, %.1f MB payload, %zu damaged, %s in %.3f s -> %s\n",
-                  m->fingerprint_hex().c_str(), m->sources.size(),
-                  static_cast<unsigned long long>(m->num_samples()), m->payload_bytes() / 1e6,
-                  m->num_damaged(), report.from_cache ? "from cache" : "scanned", s,
-                  args->output.empty() ? report.cache_path.c_str() : args->output.c_str());
+      std::printf(
+          "manifest %s: %zu sources, %llu samples, %.1f MB payload, %zu damaged, %s in %.3f s -> "
+          "%s\n",
+          m->fingerprint_hex().c_str(), m->sources.size(),
+          static_cast<unsigned long long>(m->num_samples()), m->payload_bytes() / 1e6,
+          m->num_damaged(), report.from_cache ? "from cache" : "scanned", s,
+          args->output.empty() ? report.cache_path.c_str() : args->output.c_str());
       return 0;
     }
     return show(*m, *args);

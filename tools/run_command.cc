@@ -127,7 +127,8 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
   }
   if (dump.is_open()) {
     dump.flush();
-    if (!dump) out->status = io_error("cannot write the --dump-keys file of rank " + std::to_string(rank));
+    if (!dump)
+      out->status = io_error("cannot write the --dump-keys file of rank " + std::to_string(rank));
   }
 }
 
@@ -191,7 +192,9 @@ int run(const RunArgs& args) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         double s = std::chrono::duration<double>(clock::now() - t_loaded).count();
         uint64_t p = progress;
-        int width = 30, fill = expected ? static_cast<int>(width * std::min<double>(1.0, double(p) / expected)) : 0;
+        int width = 30,
+            fill = expected ? static_cast<int>(width * std::min<double>(1.0, double(p) / expected))
+                            : 0;
         std::fprintf(stderr, "\r[%s%s] %3.0f%% %llu/%llu samples %.0f/s ",
                      std::string(fill, '#').c_str(), std::string(width - fill, ' ').c_str(),
                      expected ? 100.0 * p / expected : 0.0, static_cast<unsigned long long>(p),
@@ -265,19 +268,27 @@ int run(const RunArgs& args) {
 Command add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "load a dataset end to end and print a JSON summary");
-  cmd->add_option("--source", args->sources, "shard paths, brace patterns or directories")->required();
-  cmd->add_option("--ranks", args->ranks, "ranks run in this process")->check(CLI::Range(1u, 4096u));
-  cmd->add_option("--workers", args->workers, "data workers per rank")->check(CLI::Range(1u, 1024u));
-  cmd->add_option("--batch-size", args->batch_size, "items per batch and rank")->check(CLI::Range(1u, 1u << 24));
+  cmd->add_option("--source", args->sources, "shard paths, brace patterns or directories")
+      ->required();
+  cmd->add_option("--ranks", args->ranks, "ranks run in this process")
+      ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--workers", args->workers, "data workers per rank")
+      ->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--batch-size", args->batch_size, "items per batch and rank")
+      ->check(CLI::Range(1u, 1u << 24));
   cmd->add_option("--epochs", args->epochs, "epochs to run")->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("--seed", args->seed, "seed of the global order");
   cmd->add_option("--logical-shards", args->logical_shards, "L (0: chosen from the manifest)");
-  cmd->add_option("--chunk-items", args->chunk_items, "shuffle block in items (0: chosen from the manifest)");
+  cmd->add_option("--chunk-items", args->chunk_items,
+                  "shuffle block in items (0: chosen from the manifest)");
   cmd->add_flag("--shuffle", args->shuffle, "permute shards, chunks and items every epoch");
-  cmd->add_option("--order", args->order, "exact | as_completed")->check(CLI::IsMember({"exact", "as_completed"}));
+  cmd->add_option("--order", args->order, "exact | as_completed")
+      ->check(CLI::IsMember({"exact", "as_completed"}));
   cmd->add_flag("--drop-last", args->drop_last, "every batch full; the tail is not delivered");
-  cmd->add_option("--on-corrupt", args->on_corrupt, "fail | skip")->check(CLI::IsMember({"fail", "skip"}));
-  cmd->add_option("--dump-keys", args->dump_dir, "write DIR/rank-<r>.tsv of every delivered sample");
+  cmd->add_option("--on-corrupt", args->on_corrupt, "fail | skip")
+      ->check(CLI::IsMember({"fail", "skip"}));
+  cmd->add_option("--dump-keys", args->dump_dir,
+                  "write DIR/rank-<r>.tsv of every delivered sample");
   cmd->add_flag("--json", args->json, "print only the JSON summary");
   cmd->add_option("--prefetch-batches", args->prefetch_batches, "batches collated ahead per rank");
   cmd->add_flag("--no-cache", args->no_cache, "do not read or write the manifest cache");

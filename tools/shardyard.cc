@@ -5,7 +5,9 @@
 #include "commands.h"
 
 namespace shardyard::tools {
-void print_error(const std::string& what) { std::fprintf(stderr, "shardyard: error: %s\n", what.c_str()); }
+void print_error(const std::string& what) {
+  std::fprintf(stderr, "shardyard: error: %s\n", what.c_str());
+}
 void print_warning(const std::string& what) {
   std::fprintf(stderr, "shardyard: warning: %s\n", what.c_str());
 }

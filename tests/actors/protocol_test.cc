@@ -33,7 +33,8 @@ class ProtocolTest : public ::testing::Test {
 };
 
 TEST_F(ProtocolTest, JobInfoRoundTrips) {
-  JobInfo j{0x1234567890abcdefULL, 999, 64, 256, 17, true, true, "strided", "contiguous", 8, 4, 256};
+  JobInfo j{0x1234567890abcdefULL, 999, 64, 256, 17, true, true, "strided",
+            "contiguous",          8,   4,  256};
   auto o = round_trip(j);
   EXPECT_EQ(o.fingerprint, j.fingerprint);
   EXPECT_EQ(o.num_items, 999u);
