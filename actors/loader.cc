@@ -60,7 +60,8 @@ struct RankRoles {
   loader_actor loader;
   dispatcher_actor dispatcher;
   std::vector<worker_actor> workers;
-  bool loader_open = false;
+  bool loader_open = false;                          // guarded by Impl::mu
+  std::vector<std::weak_ptr<io::Channel>> channels;  // of the open epoch; guarded by Impl::mu
 };
 
 struct Cluster::Impl {
@@ -71,7 +72,7 @@ struct Cluster::Impl {
   std::unique_ptr<caf::actor_system> sys;
   coordinator_actor coordinator;
   std::map<uint32_t, RankRoles> ranks;
-  std::mutex mu;  // guards ranks[*].loader_open
+  std::mutex mu;  // guards ranks[*].loader_open and ranks[*].channels
   bool stopped = false;
 };
 
@@ -136,6 +137,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
 Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->ranks.find(rank);
+  if (impl_->stopped) return cancelled("the cluster was shut down");
   if (it == impl_->ranks.end())
     return invalid_argument("rank " + std::to_string(rank) + " is not hosted by this cluster");
   if (it->second.loader_open)
@@ -172,6 +174,14 @@ Status Cluster::shutdown() {
   if (d.stopped || !d.sys) return Status::ok();
   d.stopped = true;
   Status result;
+  // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
+  // open channel first, so each worker finishes its unit and can acknowledge.
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    for (auto& [r, roles] : d.ranks)
+      for (auto& weak : roles.channels)
+        if (auto ch = weak.lock()) ch->cancel();
+  }
   {
     caf::scoped_actor self{*d.sys};
     auto stop = [&](auto handle, const std::string& what) {
@@ -191,7 +201,15 @@ Status Cluster::shutdown() {
     }
     stop(d.coordinator, "coordinator");
   }
-  d.ranks.clear();
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    for (auto& [r, roles] : d.ranks) {
+      roles.loader = nullptr;
+      roles.dispatcher = nullptr;
+      roles.workers.clear();
+      roles.channels.clear();
+    }
+  }
   d.coordinator = nullptr;
   d.sys.reset();  // waits for every actor to finish
   return result;
@@ -218,6 +236,8 @@ struct Loader::Epoch {
   uint64_t next_step = 0;
   uint64_t delivered_steps = 0, delivered_items = 0;
   bool finished = false;
+  Status error;
+  loader_actor cursor_actor;  // this rank's loader actor: keeps the cursor
 
   void collate() {
     std::vector<Item> items;
@@ -285,7 +305,13 @@ Status Loader::start_epoch(uint32_t epoch) {
   stop_epoch();
   auto& d = *cluster_->impl_;
   if (d.stopped) return cancelled("the cluster was shut down");
-  const auto& roles = d.ranks.at(rank_);
+  dispatcher_actor dispatcher;
+  loader_actor cursor_keeper;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    dispatcher = d.ranks.at(rank_).dispatcher;
+    cursor_keeper = d.ranks.at(rank_).loader;
+  }
   const auto& job = *d.job;
   const uint32_t w_count = job.topology.workers;
   const bool exact = d.options.order == Order::kExact;
@@ -309,7 +335,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   Result<EpochTicket> ticket = internal_error("no answer from the dispatcher");
   {
     caf::scoped_actor self{*d.sys};
-    self->request(roles.dispatcher, std::chrono::seconds(60), start)
+    self->request(dispatcher, std::chrono::seconds(60), start)
         .receive([&](EpochTicket& t) { ticket = std::move(t); },
                  [&](const caf::error& err) { ticket = from_error(err); });
   }
@@ -317,10 +343,18 @@ Status Loader::start_epoch(uint32_t epoch) {
     for (auto& c : channels) c->cancel();
     return ticket.status();
   }
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto& registered = d.ranks.at(rank_).channels;
+    registered.assign(channels.begin(), channels.end());
+    if (d.stopped)  // shut down while the epoch was starting
+      for (auto& c : channels) c->cancel();
+  }
 
   epoch_ = std::make_unique<Epoch>();
   auto& e = *epoch_;
   e.epoch = epoch;
+  e.cursor_actor = cursor_keeper;
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels);
@@ -332,6 +366,7 @@ Status Loader::start_epoch(uint32_t epoch) {
 Result<std::optional<Batch>> Loader::next() {
   if (!epoch_) return invalid_argument("next() before start_epoch()");
   auto& e = *epoch_;
+  if (!e.error.is_ok()) return e.error;  // a failed epoch stays failed
   if (e.finished) return std::optional<Batch>();
   Result<std::optional<Batch>> b = std::optional<Batch>();
   if (e.depth == 0) {
@@ -345,20 +380,21 @@ Result<std::optional<Batch>> Loader::next() {
     ++e.next_step;
     e.changed.notify_all();
   }
-  auto& roles = cluster_->impl_->ranks.at(rank_);
   if (!b.is_ok()) {
-    e.finished = true;
+    e.error = b.status();
     return b;
   }
   if (!b->has_value()) {
     e.finished = true;
-    caf::anon_send(roles.loader,
-                   RankEpochDone{rank_, e.epoch, e.delivered_steps, e.delivered_items});
     return b;
   }
   ++e.delivered_steps;
   e.delivered_items += (*b)->size();
-  caf::anon_send(roles.loader, StepReport{rank_, e.epoch, e.delivered_steps, e.delivered_items});
+  // The loader actor keeps the cursor (for the monitor, and for checkpoints later).
+  caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.delivered_steps, e.delivered_items});
+  if (e.delivered_steps == e.steps)
+    caf::anon_send(e.cursor_actor,
+                   RankEpochDone{rank_, e.epoch, e.delivered_steps, e.delivered_items});
   return b;
 }
 

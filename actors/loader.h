@@ -51,7 +51,7 @@ struct LoaderOptions {
   io::OnCorrupt on_corrupt = io::OnCorrupt::kFail;
   Spec pipeline;                  // replicable stages run by every worker
   uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
-  uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 64 items or 4 MiB)
+  uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 128 items or 4 MiB)
   // Where source bytes come from; null = the local file system. A user file system (a
   // database, an object store client) serves every source; its reads run on the worker
   // threads, where current_worker() says who is reading. Must outlive the loader.
@@ -61,8 +61,8 @@ struct LoaderOptions {
   unsigned scan_threads = 2;
 
   // Sets rank and world_size from torchrun (RANK, WORLD_SIZE), Open MPI
-  // (OMPI_COMM_WORLD_RANK/SIZE) or SLURM (SLURM_PROCID, SLURM_NTASKS), first found wins;
-  // leaves them alone when none is set.
+  // (OMPI_COMM_WORLD_RANK/SIZE), MPICH/Intel MPI (PMI_RANK, PMI_SIZE) or SLURM (SLURM_PROCID,
+  // SLURM_NTASKS), first found wins; leaves them alone when none is set.
   Status topology_from_env();
   Status validate() const;
 };

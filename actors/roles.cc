@@ -6,15 +6,20 @@
 
 namespace shardyard::actors {
 
+// The Status travels as sec::runtime_error with (code, message) as context, so the code
+// survives a hop between actors (and between processes).
 caf::error to_error(const Status& st) {
-  return caf::make_error(caf::sec::runtime_error, st.to_string());
+  return caf::make_error(caf::sec::runtime_error, static_cast<int32_t>(st.code()), st.message());
 }
 
 Status from_error(const caf::error& err) {
   if (!err) return Status::ok();
   const caf::message& ctx = err.context();
-  for (size_t i = 0; i < ctx.size(); ++i)
-    if (ctx.match_element<std::string>(i)) return unavailable(ctx.get_as<std::string>(i));
+  if (ctx.match_elements<int32_t, std::string>()) {
+    auto code = ctx.get_as<int32_t>(0);
+    if (code > 0 && code <= static_cast<int32_t>(StatusCode::kUnavailable))
+      return Status(static_cast<StatusCode>(code), ctx.get_as<std::string>(1));
+  }
   return unavailable(caf::to_string(err));
 }
 

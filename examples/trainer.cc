@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
       if (!batch.is_ok()) return fail(batch.status());
       if (!batch->has_value()) break;
       const Batch& b = **batch;
+      if (b.size() == 0) continue;  // a rank with fewer items than steps (see docs/sharding.md)
       const Column* label = b.field("label");
       if (label == nullptr || label->fixed_size() != 4 || b.field("json") != nullptr)
         return fail(internal_error("the pipeline's columns are not as expected"));

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -30,17 +31,19 @@ class SampleGrouper {
     if (!kf.is_ok())
       return corrupt(source_ + " at byte " + std::to_string(begin) + ": " + kf.status().message());
     if (has_current_ && kf->key == current_.key) {
-      if (kf->field == last_field_)
-        return corrupt(source_ + " at byte " + std::to_string(begin) + ": member '" + path +
-                       "' repeats a field of the same sample");
+      for (const auto& f : fields_)
+        if (f == kf->field)
+          return corrupt(source_ + " at byte " + std::to_string(begin) + ": member '" + path +
+                         "' repeats a field of the same sample");
       current_.end = end;
       current_.payload_bytes += size;
     } else {
       flush();
       current_ = SampleEntry{std::string(kf->key), begin, end, size};
       has_current_ = true;
+      fields_.clear();
     }
-    last_field_ = std::string(kf->field);
+    fields_.emplace_back(kf->field);
     return Status::ok();
   }
   void flush() {
@@ -54,7 +57,7 @@ class SampleGrouper {
   const std::string& source_;
   SampleEntry current_;
   bool has_current_ = false;
-  std::string last_field_;
+  std::vector<std::string> fields_;  // of the current sample
 };
 
 Status scan_tar_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e, OnCorrupt policy) {
@@ -73,7 +76,7 @@ Status scan_tar_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e, OnC
     if (policy == OnCorrupt::kFail || st.code() != StatusCode::kCorrupt) return st;
     group.drop_current();  // the sample in progress may be incomplete
     e->damaged = true;
-    e->damaged_at = stream->position();
+    e->damaged_at = std::min<uint64_t>(stream->position(), gz ? stream->position() : e->size_bytes);
     e->damage = st.message();
     return Status::ok();
   }
@@ -135,7 +138,12 @@ bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>
       if (s.damaged && s.samples.empty() && still_missing) continue;
       return false;
     }
-    if (s.kind == SourceKind::kDirectory) return false;  // directories are cheap: rescan
+    // A directory's mtime changes when files are added, removed or renamed in it; a file
+    // rewritten in place keeps it, so a changed loose file needs --no-cache or a rebuild.
+    if (s.kind == SourceKind::kDirectory) {
+      if (info->mtime_ns != s.mtime_ns) return false;
+      continue;
+    }
     if (info->size != s.size_bytes || info->mtime_ns != s.mtime_ns) return false;
   }
   return true;
@@ -163,7 +171,8 @@ Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt 
   e.kind = ref.kind;
   auto info = fs.stat(ref.uri);
   if (!info.is_ok()) {
-    if (on_corrupt == OnCorrupt::kFail || info.status().code() != StatusCode::kNotFound)
+    if (info.status().code() != StatusCode::kNotFound) return info.status();
+    if (on_corrupt == OnCorrupt::kFail)
       return Status(info.status().code(), "missing shard: " + info.status().message());
     e.damaged = true;
     e.damage = "missing shard: " + info.status().message();

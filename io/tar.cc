@@ -79,6 +79,9 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
   uint64_t size = 0;
   if (!parse_number(b + 124, 12, &size))
     return corrupt(at(source_, offset) + ": bad size field in tar header");
+  if (size > kMaxMemberBytes)
+    return corrupt(at(source_, offset) + ": member size " + std::to_string(size) +
+                   " is implausible (damaged header?)");
   char type = static_cast<char>(b[156]);
   if (!has_pending_) pending_start_ = offset;
 
@@ -162,6 +165,9 @@ Status TarHeaderDecoder::extension_data(std::string_view data) {
             return corrupt(at(source_, ext_offset_) + ": bad PAX size");
           v = v * 10 + static_cast<uint64_t>(c - '0');
         }
+        if (v > kMaxMemberBytes)
+          return corrupt(at(source_, ext_offset_) + ": PAX size " + std::to_string(v) +
+                         " is implausible");
         pax_size_ = v;
         pax_has_size_ = true;
       }

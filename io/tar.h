@@ -21,6 +21,9 @@
 namespace shardyard::io {
 
 inline constexpr size_t kTarBlock = 512;
+// Larger members are reported as damage (no real shard member comes near 2^50 bytes, and
+// sizes near 2^64 would wrap offsets).
+inline constexpr uint64_t kMaxMemberBytes = 1ull << 50;
 
 struct TarEntry {
   std::string path;

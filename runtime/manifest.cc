@@ -168,11 +168,12 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
   auto version = head.uint(4);
   head.uint(4);
   auto body_size = head.uint(8);
+  if (version == 0) return corrupt(name + ": manifest format version 0 is not valid");
   if (version > kManifestFormatVersion)
     return corrupt(name + ": manifest format version " + std::to_string(version) +
                    " is newer than this build supports (" + std::to_string(kManifestFormatVersion) +
                    "); rebuild the manifest");
-  if (bytes.size() - 24 < body_size + 8)
+  if (body_size > bytes.size() || bytes.size() - 24 < body_size + 8)
     return corrupt(name + ": manifest is truncated (" + std::to_string(bytes.size()) + " bytes)");
   std::string_view body = bytes.substr(24, body_size);
   Reader tail{bytes, 24 + body_size};
@@ -188,7 +189,10 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
   m.sources.resize(n);
   for (auto& s : m.sources) {
     s.uri = r.str();
-    s.kind = static_cast<SourceKind>(r.uint(1));
+    auto kind = r.uint(1);
+    if (kind > static_cast<uint64_t>(SourceKind::kDirectory))
+      return corrupt(name + ": manifest has an unknown source kind " + std::to_string(kind));
+    s.kind = static_cast<SourceKind>(kind);
     s.size_bytes = r.uint(8);
     s.mtime_ns = static_cast<int64_t>(r.uint(8));
     s.damaged = r.uint(1) != 0;

@@ -14,9 +14,10 @@
 //      epoch order (a shard that runs out drops out of the round). A worker's order is the
 //      same interleave restricted to its shards, so the loader can merge worker output
 //      back into the exact rank order.
-// With strided DISTRIBUTED assignment and R dividing L, rank r's order is the global
-// order's positions r, r+R, r+2R, ... (while every shard still has items), so the global
-// batch at each step is the same set of items for every R with the same R x B. See
+// With strided DISTRIBUTED assignment, R dividing L and L dividing N (equal logical shards),
+// rank r's order is the global order's positions r, r+R, r+2R, ..., so the global batch at
+// each step is the same set of items for every R with the same R x B. When L does not
+// divide N the ranks' shares differ by a few items and the last steps can differ. See
 // docs/sharding.md for worked examples.
 //
 // Thread-safety: functions are pure; StrategyRegistry is internally synchronised.

@@ -3,7 +3,8 @@
 // A Status is OK or carries a code and a message that names the thing that failed (file,
 // byte offset, shard, actor) and, where it helps, what to do. Result<T> is a T or a non-OK
 // Status. Both are cheap to move, thread-compatible (no shared state), and never throw.
-// Actors turn a Status into a caf::error in one helper (actors/errors.h).
+// Actors turn a Status into a caf::error and back in one pair of helpers
+// (actors/roles.h: to_error, from_error).
 #pragma once
 
 #include <cassert>

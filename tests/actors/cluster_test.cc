@@ -136,6 +136,58 @@ TEST_F(ClusterTest, ShardDamagedAfterPlanningFailsTheEpochWithTheFileName) {
   EXPECT_NE(error.message().find("shard-000002.tar"), std::string::npos) << error.to_string();
 }
 
+TEST_F(ClusterTest, ShutdownWithBlockedWorkersReturnsAndLoaderReportsIt) {
+  opt_.prefetch_packets = 1;
+  opt_.batch_size = 1;
+  auto cluster = Cluster::start(opt_, {0});
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
+  auto loader = (*cluster)->loader(0);
+  ASSERT_TRUE(loader.is_ok());
+  ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+  ASSERT_TRUE((*loader)->next().is_ok());
+  // Workers are now blocked on full channels; shutdown must cancel them, not wait forever.
+  EXPECT_TRUE((*cluster)->shutdown().is_ok());
+  // The loader outlives the shutdown: it reports it instead of hanging or throwing.
+  Status error;
+  for (int i = 0; i < 1000 && error.is_ok(); ++i) {
+    auto b = (*loader)->next();
+    if (!b.is_ok())
+      error = b.status();
+    else if (!b->has_value())
+      break;
+  }
+  EXPECT_EQ(error.code(), StatusCode::kCancelled) << error.to_string();
+  EXPECT_EQ((*loader)->start_epoch(1).code(), StatusCode::kCancelled);
+}
+
+TEST_F(ClusterTest, FailedEpochStaysFailed) {
+  auto loader = Loader::open(opt_);
+  ASSERT_TRUE(loader.is_ok());
+  std::filesystem::resize_file(tmp_.path() + "/d/shard-000001.tar", 1024);
+  ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+  Status first;
+  drain(**loader, &first);
+  ASSERT_FALSE(first.is_ok());
+  auto again = (*loader)->next();
+  ASSERT_FALSE(again.is_ok()) << "a failed epoch ended cleanly on the next call";
+  EXPECT_EQ(again.status().to_string(), first.to_string());
+}
+
+TEST_F(ClusterTest, ErrorsKeepTheirCodeAcrossActors) {
+  // A strategy that breaks its contract is caught by the dispatcher actor; the trainer
+  // sees an InvalidArgument, not a generic "unavailable".
+  ASSERT_TRUE(StrategyRegistry::global()
+                  .add("broken_for_test", [](const std::vector<ShardInfo>&,
+                                             uint32_t) { return std::vector<uint32_t>{}; })
+                  .is_ok());
+  opt_.plan.worker_strategy = "broken_for_test";
+  auto loader = Loader::open(opt_);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  Status st = (*loader)->start_epoch(0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("broken_for_test"), std::string::npos) << st.to_string();
+}
+
 TEST_F(ClusterTest, RefusesBadOptionsClearly) {
   LoaderOptions bad = opt_;
   bad.sources.clear();
