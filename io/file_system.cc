@@ -54,9 +54,13 @@ class LocalFile : public RandomAccessFile {
   const std::string& uri() const override { return uri_; }
 
   Result<std::shared_ptr<const MappedRange>> map(uint64_t offset, size_t n) override {
-    if (offset + n > size_)
+    // Touching a mapped page past the end of the file kills the process (SIGBUS), so check
+    // the file's size now, not as it was at open: a shard cut short since then is damage.
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return io_error(uri_ + ": stat failed: " + errno_text(errno));
+    if (offset + n > static_cast<uint64_t>(st.st_size))
       return corrupt(uri_ + ": truncated: wanted " + std::to_string(n) + " bytes at byte " +
-                     std::to_string(offset) + ", file has " + std::to_string(size_));
+                     std::to_string(offset) + ", file has " + std::to_string(st.st_size));
     const uint64_t start = offset & ~static_cast<uint64_t>(4095);
     const size_t skip = static_cast<size_t>(offset - start), length = skip + n;
     void* base = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd_, static_cast<off_t>(start));

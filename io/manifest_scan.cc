@@ -138,10 +138,11 @@ bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>
       if (s.damaged && s.samples.empty() && still_missing) continue;
       return false;
     }
-    // A directory's mtime changes when files are added, removed or renamed in it; a file
-    // rewritten in place keeps it, so a changed loose file needs --no-cache or a rebuild.
+    // A directory is fresh while it lists the same files (listing costs no stat per file).
+    // A loose file rewritten in place with the same name is not noticed: use --no-cache.
     if (s.kind == SourceKind::kDirectory) {
-      if (info->mtime_ns != s.mtime_ns) return false;
+      auto files = fs.list(s.uri);
+      if (!files.is_ok() || *files != s.files) return false;
       continue;
     }
     if (info->size != s.size_bytes || info->mtime_ns != s.mtime_ns) return false;
@@ -269,9 +270,12 @@ Status save_manifest(const Manifest& m, const std::string& path) {
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  int synced = ::fsync(fd), sync_err = errno;
+  int closed = ::close(fd), close_err = errno;
+  if (synced != 0 || closed != 0) {
     ::unlink(tmp.c_str());
-    return io_error("cannot flush " + tmp + ": " + std::strerror(errno));
+    return io_error("cannot flush " + tmp + ": " +
+                    std::strerror(synced != 0 ? sync_err : close_err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());

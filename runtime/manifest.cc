@@ -166,9 +166,12 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
     return corrupt(name + ": not a shardyard manifest (bad magic)");
   Reader head{bytes, 8};
   auto version = head.uint(4);
-  head.uint(4);
+  auto flags = head.uint(4);
   auto body_size = head.uint(8);
   if (version == 0) return corrupt(name + ": manifest format version 0 is not valid");
+  if (flags != 0)
+    return corrupt(name + ": manifest has flags " + std::to_string(flags) +
+                   " this build does not know; rebuild the manifest");
   if (version > kManifestFormatVersion)
     return corrupt(name + ": manifest format version " + std::to_string(version) +
                    " is newer than this build supports (" + std::to_string(kManifestFormatVersion) +

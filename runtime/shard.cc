@@ -255,6 +255,11 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
       rp.take.push_back(shards.size(j));
       rp.items += shards.size(j);
     }
+    if (rp.items == 0)
+      return invalid_argument("rank " + std::to_string(r) +
+                              " gets no item: " + std::to_string(index.num_items()) + " items, " +
+                              std::to_string(l) + " logical shards, " + std::to_string(r_count) +
+                              " ranks; every rank needs at least one");
     max_steps = std::max(max_steps, (rp.items + batch_size - 1) / batch_size);
     min_steps = std::min(min_steps, rp.items / batch_size);
   }

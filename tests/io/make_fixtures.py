@@ -30,8 +30,10 @@ MTIME = 1700000000
 
 
 def payload(path, size):
+    # Byte i is (h + 131 * i) % 251: periodic in i with period 251.
     h = sum(path.encode()) % 251
-    return bytes((h + i * 131) % 251 for i in range(size))
+    period = bytes((h + i * 131) % 251 for i in range(251))
+    return (period * (size // 251 + 1))[:size]
 
 
 def key_field(path):
@@ -181,6 +183,13 @@ def main():
     archives["gnu_gnu.tar.gz"] = lambda p: gnu_tar(out, tree, "gnu_gnu.tar.gz", "gnu", full, True)
     for name, make in archives.items():
         make(os.path.join(out, name))
+
+    # Two gzip members, split in the middle of a member: read as one stream.
+    with open(os.path.join(out, "py_pax.tar"), "rb") as f:
+        raw = f.read()
+    with open(os.path.join(out, "py_concat.tar.gz"), "wb") as f:
+        f.write(gzip.compress(raw[:5000], mtime=MTIME) + gzip.compress(raw[5000:], mtime=MTIME))
+    archives["py_concat.tar.gz"] = None
 
     # A PAX 'size' record that differs from the ustar size field, which is set to 0: only a
     # reader that applies the record finds the payload (and the next member).

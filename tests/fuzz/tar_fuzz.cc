@@ -1,0 +1,100 @@
+// libFuzzer target for the tar reader (io/tar.h): parse_tar_buffer, scan_tar over an
+// in-memory stream, and split_key, on arbitrary bytes. Beyond "no crash, no sanitizer
+// report", it checks properties every input must keep:
+//   - payload views handed out by parse_tar_buffer lie inside the input;
+//   - neither walk reports more entries than the input has header blocks, and scan_tar's
+//     entries start at strictly increasing offsets (a walk that goes back can loop forever);
+//   - when scan_tar accepts the input, every entry's payload lies inside it, and
+//     parse_tar_buffer accepts it too with the same entries (scan_tar is the stricter walk:
+//     it also wants each payload's padding);
+//   - split_key, when it succeeds, splits the path into key "." field, both non-empty.
+// A broken property aborts with a message, so libFuzzer saves the input as a crash.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/file_system.h"
+#include "io/tar.h"
+
+namespace {
+
+using shardyard::Status;
+using shardyard::io::kTarBlock;
+using shardyard::io::TarEntry;
+
+void check(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "tar_fuzz: property broken: %s\n", what);
+  std::abort();
+}
+
+void check_split_key(std::string_view path) {
+  auto kf = shardyard::io::split_key(path);
+  if (!kf.is_ok()) return;
+  check(!kf->key.empty() && !kf->field.empty(), "split_key gave an empty key or field");
+  check(kf->key.size() + 1 + kf->field.size() == path.size() &&
+            path.substr(0, kf->key.size()) == kf->key && path[kf->key.size()] == '.' &&
+            path.substr(kf->key.size() + 1) == kf->field,
+        "split_key's key.field is not the path");
+}
+
+struct Seen {
+  std::string path;
+  uint64_t size, start, data;
+  bool operator==(const Seen& o) const {
+    return path == o.path && size == o.size && start == o.start && data == o.data;
+  }
+};
+
+volatile uint8_t g_sink;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string source = "fuzz.tar";
+  const uint64_t blocks = size / kTarBlock;
+  check_split_key(std::string_view(reinterpret_cast<const char*>(data), size));
+
+  std::vector<Seen> parsed;
+  Status parse_status = shardyard::io::parse_tar_buffer(
+      data, size, 0, source, [&](const TarEntry& e, const uint8_t* payload) {
+        check(payload >= data && payload <= data + size, "payload view outside the input");
+        check(e.size <= static_cast<uint64_t>(data + size - payload),
+              "payload view runs past the input");
+        check(e.data_offset == static_cast<uint64_t>(payload - data),
+              "data_offset does not match the payload view");
+        uint8_t x = 0;
+        for (uint64_t i = 0; i < e.size; ++i) x = static_cast<uint8_t>(x ^ payload[i]);
+        g_sink = x;
+        check(parsed.size() < blocks, "parse_tar_buffer: more entries than header blocks");
+        parsed.push_back({e.path, e.size, e.start_offset, e.data_offset});
+        check_split_key(e.path);
+        return Status::ok();
+      });
+
+  std::vector<Seen> scanned;
+  auto stream =
+      shardyard::io::memory_stream(std::string(reinterpret_cast<const char*>(data), size));
+  Status scan_status = shardyard::io::scan_tar(*stream, source, [&](const TarEntry& e) {
+    check(scanned.size() < blocks, "scan_tar: more entries than header blocks");
+    check(scanned.empty() || e.start_offset > scanned.back().start,
+          "scan_tar went back to an earlier header");
+    check(e.data_offset >= e.start_offset + kTarBlock, "entry's data before its header");
+    scanned.push_back({e.path, e.size, e.start_offset, e.data_offset});
+    check_split_key(e.path);
+    return Status::ok();
+  });
+
+  if (scan_status.is_ok()) {
+    for (const auto& s : scanned) {
+      check(s.data <= size && s.size <= size - s.data,
+            "scan_tar accepted an entry whose payload is not in the input");
+    }
+    check(parse_status.is_ok(), "scan_tar accepted what parse_tar_buffer refused");
+    check(parsed == scanned, "scan_tar and parse_tar_buffer saw different entries");
+  }
+  return 0;
+}

@@ -1,0 +1,167 @@
+// Tests of runtime/batch.h and runtime/item.h: the column layout of a batch and the
+// sorted fields of an item.
+#include "runtime/batch.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/item.h"
+
+namespace shardyard {
+namespace {
+
+Item make_item(uint64_t id, std::string key,
+               const std::vector<std::pair<std::string, std::string>>& fields) {
+  Item it;
+  it.id = id;
+  it.key = std::move(key);
+  for (const auto& [name, bytes] : fields) it.set_field(name, bytes);
+  return it;
+}
+
+std::vector<std::string> names_of(const Item& it) {
+  std::vector<std::string> out;
+  for (const auto& f : it.fields) out.push_back(f.name);
+  return out;
+}
+
+TEST(Item, SetFieldKeepsFieldsSortedAndReplacesByName) {
+  Item it;
+  it.set_field("jpg", "JPEG");
+  it.set_field("cls", "7");
+  it.set_field("input.seq.bin", "abc");
+  it.set_field("a", "");
+  EXPECT_EQ(names_of(it), (std::vector<std::string>{"a", "cls", "input.seq.bin", "jpg"}));
+  it.set_field("cls", "12");
+  EXPECT_EQ(names_of(it), (std::vector<std::string>{"a", "cls", "input.seq.bin", "jpg"}));
+  ASSERT_NE(it.field("cls"), nullptr);
+  EXPECT_EQ(it.field("cls")->view(), "12");
+  EXPECT_EQ(it.field("jpg")->view(), "JPEG");
+  EXPECT_EQ(it.field("a")->size, 0u);
+  EXPECT_EQ(it.field("png"), nullptr);
+  EXPECT_EQ(it.payload_bytes(), 2u + 3 + 4);
+}
+
+TEST(Item, SetFieldViewAndRemoveField) {
+  static const uint8_t bytes[] = {1, 2, 3, 4, 5};
+  Item it;
+  it.set_field_view("z", bytes, 5);
+  it.set_field_view("b", bytes + 1, 2);
+  EXPECT_EQ(names_of(it), (std::vector<std::string>{"b", "z"}));
+  EXPECT_EQ(it.field("b")->data, bytes + 1);
+  it.set_field_view("z", bytes, 1);
+  EXPECT_EQ(it.field("z")->size, 1u);
+  it.remove_field("b");
+  it.remove_field("not-there");
+  EXPECT_EQ(names_of(it), (std::vector<std::string>{"z"}));
+}
+
+TEST(Item, OwnedFieldBytesSurviveMovingTheItem) {
+  Item it;
+  it.set_field("txt", std::string(1000, 'q'));
+  Item moved = std::move(it);
+  std::vector<Item> many;
+  many.push_back(std::move(moved));
+  for (int i = 0; i < 50; ++i) many.push_back(make_item(i, "k", {{"x", "y"}}));
+  EXPECT_EQ(many[0].field("txt")->view(), std::string(1000, 'q'));
+}
+
+TEST(BuildBatch, LaysOutEachFieldAsContiguousBytesWithOffsets) {
+  auto pool = BufferPool::create();
+  std::vector<Item> items = {make_item(10, "k0", {{"cls", "1"}, {"jpg", "aaaa"}}),
+                             make_item(11, "k1", {{"cls", "2"}, {"jpg", ""}}),
+                             make_item(12, "k2", {{"cls", "3"}, {"jpg", "bbbbbbbbb"}})};
+  Batch b = build_batch(items, 4, 17, 2, *pool);
+  EXPECT_EQ(b.epoch(), 4u);
+  EXPECT_EQ(b.step(), 17u);
+  EXPECT_EQ(b.rank(), 2u);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b.keys(), (std::vector<std::string>{"k0", "k1", "k2"}));
+  EXPECT_EQ(b.item_ids(), (std::vector<uint64_t>{10, 11, 12}));
+  ASSERT_EQ(b.columns().size(), 2u);
+  EXPECT_EQ(b.columns()[0].name, "cls");
+  EXPECT_EQ(b.columns()[1].name, "jpg");
+
+  const Column* cls = b.field("cls");
+  ASSERT_NE(cls, nullptr);
+  EXPECT_EQ(cls->offsets, (std::vector<uint64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(cls->data()), cls->bytes()), "123");
+  EXPECT_EQ(cls->fixed_size(), 1) << "a [3, 1] tensor without a copy";
+  EXPECT_EQ(cls->present, (std::vector<bool>{true, true, true}));
+
+  const Column* jpg = b.field("jpg");
+  ASSERT_NE(jpg, nullptr);
+  EXPECT_EQ(jpg->offsets, (std::vector<uint64_t>{0, 4, 4, 13}));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(jpg->data()), jpg->bytes()), "aaaabbbbbbbbb");
+  EXPECT_EQ(jpg->value(1), "");
+  EXPECT_EQ(jpg->value(2), "bbbbbbbbb");
+  EXPECT_EQ(jpg->fixed_size(), -1);
+  EXPECT_EQ(jpg->present, (std::vector<bool>{true, true, true})) << "empty is not missing";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(jpg->data()) % 4096, 0u);
+  EXPECT_EQ(b.payload_bytes(), 16u);
+  EXPECT_EQ(b.field("png"), nullptr);
+}
+
+TEST(BuildBatch, MissingFieldsAreEmptyEntriesThatAreNotPresent) {
+  auto pool = BufferPool::create();
+  std::vector<Item> items = {make_item(0, "a", {{"cls", "1"}, {"jpg", "xx"}}),
+                             make_item(1, "b", {{"cls", "2"}}),
+                             make_item(2, "c", {{"json", "{}"}, {"jpg", "yy"}})};
+  Batch b = build_batch(items, 0, 0, 0, *pool);
+  ASSERT_EQ(b.columns().size(), 3u);
+  EXPECT_EQ(b.columns()[0].name, "cls");
+  EXPECT_EQ(b.columns()[1].name, "jpg");
+  EXPECT_EQ(b.columns()[2].name, "json");
+
+  const Column* jpg = b.field("jpg");
+  EXPECT_EQ(jpg->present, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(jpg->offsets, (std::vector<uint64_t>{0, 2, 2, 4}));
+  EXPECT_EQ(jpg->value(0), "xx");
+  EXPECT_EQ(jpg->value(2), "yy");
+  EXPECT_EQ(jpg->fixed_size(), -1) << "sizes agree but an item lacks the field";
+
+  const Column* cls = b.field("cls");
+  EXPECT_EQ(cls->present, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(cls->offsets, (std::vector<uint64_t>{0, 1, 2, 2}));
+  const Column* json = b.field("json");
+  EXPECT_EQ(json->present, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(json->value(2), "{}");
+}
+
+TEST(BuildBatch, SameFieldNamesInADifferentSetStillLineUp) {
+  // Same number of fields but different names: the uniform fast path must not apply.
+  auto pool = BufferPool::create();
+  std::vector<Item> items = {make_item(0, "a", {{"cls", "1"}, {"jpg", "AA"}}),
+                             make_item(1, "b", {{"cls", "2"}, {"png", "BBB"}})};
+  Batch b = build_batch(items, 0, 0, 0, *pool);
+  ASSERT_EQ(b.columns().size(), 3u);
+  EXPECT_EQ(b.field("jpg")->present, (std::vector<bool>{true, false}));
+  EXPECT_EQ(b.field("png")->present, (std::vector<bool>{false, true}));
+  EXPECT_EQ(b.field("png")->value(1), "BBB");
+  EXPECT_EQ(b.field("cls")->fixed_size(), 1);
+}
+
+TEST(BuildBatch, EmptyItemListGivesAnEmptyBatch) {
+  auto pool = BufferPool::create();
+  std::vector<Item> items;
+  Batch b = build_batch(items, 1, 2, 3, *pool);
+  EXPECT_EQ(b.size(), 0u);
+  EXPECT_TRUE(b.columns().empty());
+  EXPECT_EQ(b.payload_bytes(), 0u);
+}
+
+TEST(BuildBatch, ColumnBuffersGoBackToThePool) {
+  auto pool = BufferPool::create();
+  {
+    std::vector<Item> items = {make_item(0, "a", {{"bin", std::string(10000, 'x')}})};
+    Batch b = build_batch(items, 0, 0, 0, *pool);
+    EXPECT_EQ(b.field("bin")->fixed_size(), 10000);
+    EXPECT_EQ(pool->cached_bytes(), 0u);
+  }
+  EXPECT_GE(pool->cached_bytes(), 10000u);
+}
+
+}  // namespace
+}  // namespace shardyard

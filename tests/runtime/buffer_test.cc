@@ -1,0 +1,99 @@
+// Tests of runtime/buffer.h: page-aligned buffers, size classes, reuse and the cache bound.
+#include "runtime/buffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace shardyard {
+namespace {
+
+bool page_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4096 == 0; }
+
+TEST(BufferPool, BuffersArePageAlignedAndAtLeastTheRequestedSize) {
+  auto pool = BufferPool::create();
+  for (size_t bytes :
+       {size_t{0}, size_t{1}, size_t{100}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{65536},
+        size_t{(1 << 20) - 1}, size_t{1 << 20}, size_t{(1 << 20) + 1}, size_t{5u << 20}}) {
+    auto buf = pool->acquire(bytes);
+    ASSERT_NE(buf, nullptr);
+    EXPECT_TRUE(page_aligned(buf->data())) << bytes;
+    EXPECT_EQ(buf->size(), bytes);
+    EXPECT_GE(buf->capacity(), bytes);
+    EXPECT_GE(buf->capacity(), 4096u);
+    EXPECT_EQ(buf->capacity() % 4096, 0u) << bytes;
+    // Under 1 MiB at most twice the request; above, less than 1 MiB of waste.
+    if (bytes > 4096 && bytes <= (1u << 20)) {
+      EXPECT_LT(buf->capacity(), 2 * bytes);
+    }
+    if (bytes > (1u << 20)) {
+      EXPECT_LT(buf->capacity() - bytes, 1u << 20);
+    }
+    if (bytes > 0) {
+      std::memset(buf->data(), 0xab, buf->capacity());  // the whole capacity is writable
+      EXPECT_EQ(buf->data()[buf->capacity() - 1], 0xab);
+    }
+  }
+}
+
+TEST(BufferPool, ReusesAReleasedBufferOfTheSameSizeClass) {
+  auto pool = BufferPool::create();
+  uint8_t* first = nullptr;
+  {
+    auto buf = pool->acquire(10000);
+    first = buf->data();
+    EXPECT_EQ(pool->cached_bytes(), 0u);
+  }
+  EXPECT_EQ(pool->cached_bytes(), 16384u);
+  auto again = pool->acquire(9000);  // same 16 KiB class
+  EXPECT_EQ(again->data(), first);
+  EXPECT_EQ(again->size(), 9000u);
+  EXPECT_EQ(pool->cached_bytes(), 0u);
+  auto other = pool->acquire(100000);  // another class: a fresh block
+  EXPECT_NE(other->data(), first);
+}
+
+TEST(BufferPool, KeepsAtMostMaxCachedBytesOfIdleBuffers) {
+  auto pool = BufferPool::create(3 * 4096);
+  {
+    std::vector<std::shared_ptr<Buffer>> held;
+    for (int i = 0; i < 8; ++i) held.push_back(pool->acquire(100));
+  }
+  EXPECT_EQ(pool->cached_bytes(), 3u * 4096);
+  auto none = BufferPool::create(0);
+  { auto b = none->acquire(1); }
+  EXPECT_EQ(none->cached_bytes(), 0u);
+}
+
+TEST(BufferPool, ABufferKeepsItsPoolAlive) {
+  auto pool = BufferPool::create();
+  std::weak_ptr<BufferPool> weak = pool;
+  auto buf = pool->acquire(5000);
+  pool.reset();
+  EXPECT_FALSE(weak.expired());
+  buf->data()[0] = 1;
+  buf.reset();
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(BufferPool, AcquireAndReleaseFromManyThreads) {
+  auto pool = BufferPool::create(1 << 20);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([pool, t] {
+      for (int i = 0; i < 2000; ++i) {
+        auto buf = pool->acquire(static_cast<size_t>(1000 + (i * 37 + t) % 20000));
+        buf->data()[0] = static_cast<uint8_t>(i);
+        ASSERT_TRUE(reinterpret_cast<uintptr_t>(buf->data()) % 4096 == 0);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LE(pool->cached_bytes(), size_t{1} << 20);
+  EXPECT_GT(pool->cached_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace shardyard

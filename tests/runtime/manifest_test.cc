@@ -1,0 +1,255 @@
+// Tests of runtime/manifest.h: the versioned binary format and the dataset fingerprint.
+#include "runtime/manifest.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "runtime/hash.h"
+
+namespace shardyard {
+namespace {
+
+Manifest sample_manifest() {
+  Manifest m;
+  SourceEntry tar;
+  tar.uri = "/data/train-000000.tar";
+  tar.kind = SourceKind::kTar;
+  tar.size_bytes = 10240;
+  tar.mtime_ns = 1700000000123456789;
+  tar.samples = {{"a/000", 0, 2048, 900}, {"a/001", 2048, 4096, 1200}, {"a/002", 4096, 5120, 1}};
+  SourceEntry gz;
+  gz.uri = "/data/train-000001.tar.gz";
+  gz.kind = SourceKind::kTarGz;
+  gz.size_bytes = 777;
+  gz.mtime_ns = -5;
+  gz.samples = {{"b/000", 0, 1024, 10}};
+  gz.damaged = true;
+  gz.damaged_at = 1024;
+  gz.damage = "corrupt: /data/train-000001.tar.gz at byte 1024: bad tar header checksum";
+  SourceEntry dir;
+  dir.uri = "/data/loose";
+  dir.kind = SourceKind::kDirectory;
+  dir.size_bytes = 30;
+  dir.files = {"x.cls", "x.jpg", "y.cls"};
+  dir.samples = {{"x", 0, 2, 20}, {"y", 2, 3, 10}};
+  SourceEntry missing;
+  missing.uri = "/data/missing.tar";
+  missing.damaged = true;
+  missing.damage = "missing shard";
+  m.sources = {tar, gz, dir, missing};
+  m.fingerprint = compute_fingerprint(m);
+  return m;
+}
+
+void expect_same(const Manifest& a, const Manifest& b) {
+  EXPECT_EQ(a.fingerprint, b.fingerprint);
+  ASSERT_EQ(a.sources.size(), b.sources.size());
+  for (size_t i = 0; i < a.sources.size(); ++i) {
+    const auto &x = a.sources[i], &y = b.sources[i];
+    EXPECT_EQ(x.uri, y.uri);
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.size_bytes, y.size_bytes);
+    EXPECT_EQ(x.mtime_ns, y.mtime_ns);
+    EXPECT_EQ(x.files, y.files);
+    EXPECT_EQ(x.damaged, y.damaged);
+    EXPECT_EQ(x.damaged_at, y.damaged_at);
+    EXPECT_EQ(x.damage, y.damage);
+    ASSERT_EQ(x.samples.size(), y.samples.size());
+    for (size_t k = 0; k < x.samples.size(); ++k) {
+      EXPECT_EQ(x.samples[k].key, y.samples[k].key);
+      EXPECT_EQ(x.samples[k].begin, y.samples[k].begin);
+      EXPECT_EQ(x.samples[k].end, y.samples[k].end);
+      EXPECT_EQ(x.samples[k].payload_bytes, y.samples[k].payload_bytes);
+    }
+  }
+}
+
+const std::string kName = "/cache/0123456789abcdef.manifest";
+
+void expect_corrupt(const Result<Manifest>& r, const std::string& what) {
+  ASSERT_FALSE(r.is_ok()) << what;
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << what;
+  EXPECT_NE(r.status().message().find(kName), std::string::npos)
+      << what << ": the message names the file: " << r.status().message();
+}
+
+TEST(ManifestFormat, RoundTripsEveryField) {
+  Manifest m = sample_manifest();
+  auto back = decode_manifest(encode_manifest(m), kName);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  expect_same(m, *back);
+  EXPECT_EQ(encode_manifest(*back), encode_manifest(m));
+}
+
+TEST(ManifestFormat, RoundTripsAnEmptyManifest) {
+  Manifest m;
+  m.fingerprint = compute_fingerprint(m);
+  auto back = decode_manifest(encode_manifest(m), kName);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(back->sources.empty());
+}
+
+TEST(ManifestFormat, StartsWithMagicAndVersion) {
+  std::string bytes = encode_manifest(sample_manifest());
+  ASSERT_GE(bytes.size(), 24u);
+  EXPECT_EQ(std::memcmp(bytes.data(), "SYMANIF\0", 8), 0);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[8]), kManifestFormatVersion);
+}
+
+TEST(ManifestFormat, RejectsBadMagic) {
+  std::string bytes = encode_manifest(sample_manifest());
+  bytes[0] = 'X';
+  auto r = decode_manifest(bytes, kName);
+  expect_corrupt(r, "bad magic");
+  EXPECT_NE(r.status().message().find("magic"), std::string::npos) << r.status().message();
+  expect_corrupt(decode_manifest("not a manifest at all, just some text", kName), "text");
+}
+
+TEST(ManifestFormat, RejectsANewerVersion) {
+  std::string bytes = encode_manifest(sample_manifest());
+  bytes[8] = static_cast<char>(kManifestFormatVersion + 1);
+  auto r = decode_manifest(bytes, kName);
+  expect_corrupt(r, "newer version");
+  EXPECT_NE(r.status().message().find("newer"), std::string::npos) << r.status().message();
+}
+
+TEST(ManifestFormat, RejectsEveryTruncation) {
+  const std::string bytes = encode_manifest(sample_manifest());
+  for (size_t len = 0; len < bytes.size(); ++len)
+    expect_corrupt(decode_manifest(bytes.substr(0, len), kName),
+                   "cut to " + std::to_string(len) + " bytes");
+  auto r = decode_manifest(bytes.substr(0, bytes.size() - 9), kName);
+  EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status().message();
+}
+
+TEST(ManifestFormat, RejectsAFlippedByteInBodyOrChecksum) {
+  const std::string bytes = encode_manifest(sample_manifest());
+  // Bytes 16.. are the body size, the body and the checksum.
+  for (size_t i = 16; i < bytes.size(); ++i) {
+    for (unsigned char flip : {0x01, 0x80}) {
+      std::string bad = bytes;
+      bad[i] = static_cast<char>(bad[i] ^ flip);
+      expect_corrupt(decode_manifest(bad, kName), "flipped byte " + std::to_string(i));
+    }
+  }
+  std::string bad = bytes;
+  bad[40] = static_cast<char>(bad[40] ^ 0x10);
+  auto r = decode_manifest(bad, kName);
+  EXPECT_NE(r.status().message().find("checksum"), std::string::npos) << r.status().message();
+}
+
+// The header fields outside the checksum: a version no build ever wrote (0) and flags
+// this build does not know must not decode as a valid manifest either.
+TEST(ManifestFormat, RejectsVersionZeroAndUnknownFlags) {
+  const std::string bytes = encode_manifest(sample_manifest());
+  std::string zero_version = bytes;
+  zero_version[8] = 0;
+  EXPECT_FALSE(decode_manifest(zero_version, kName).is_ok()) << "format version 0 accepted";
+  std::string flags = bytes;
+  flags[12] = 1;
+  EXPECT_FALSE(decode_manifest(flags, kName).is_ok()) << "unknown flags accepted";
+}
+
+TEST(ManifestFormat, RejectsAFingerprintThatDoesNotMatchTheContent) {
+  Manifest m = sample_manifest();
+  m.fingerprint ^= 1;
+  auto r = decode_manifest(encode_manifest(m), kName);
+  expect_corrupt(r, "wrong fingerprint");
+  EXPECT_NE(r.status().message().find("fingerprint"), std::string::npos);
+}
+
+// Rewrites the body size and checksum of an encoded manifest after its body was edited, so
+// that only the structural checks behind the checksum can catch the edit.
+std::string reseal(std::string bytes, size_t body_size) {
+  for (int i = 0; i < 8; ++i) bytes[16 + i] = static_cast<char>((body_size >> (8 * i)) & 0xff);
+  bytes.resize(24 + body_size);
+  Hasher h;
+  h.add(std::string_view(bytes).substr(24, body_size));
+  const uint64_t sum = h.digest();
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((sum >> (8 * i)) & 0xff));
+  return bytes;
+}
+
+TEST(ManifestFormat, RejectsAStructurallyBadBodyWithAValidChecksum) {
+  const std::string bytes = encode_manifest(sample_manifest());
+  const size_t body_size = bytes.size() - 32;
+  ASSERT_TRUE(decode_manifest(reseal(bytes, body_size), kName).is_ok()) << "reseal is exact";
+
+  std::string longer = bytes.substr(0, 24 + body_size) + std::string(1, '\0');
+  auto r = decode_manifest(reseal(longer, body_size + 1), kName);
+  expect_corrupt(r, "a trailing body byte");
+  EXPECT_NE(r.status().message().find("malformed"), std::string::npos) << r.status().message();
+
+  expect_corrupt(decode_manifest(reseal(bytes, body_size - 1), kName), "a body cut short");
+
+  std::string many = bytes;
+  for (int i = 0; i < 8; ++i) many[24 + 8 + i] = static_cast<char>(0xff);  // num_sources
+  r = decode_manifest(reseal(many, body_size), kName);
+  expect_corrupt(r, "an implausible source count");
+  EXPECT_NE(r.status().message().find("implausible"), std::string::npos) << r.status().message();
+}
+
+// A source kind byte outside SourceKind must not decode into a manifest: readers would
+// treat the unknown kind as a plain tar.
+TEST(ManifestFormat, RejectsAnUnknownSourceKind) {
+  Manifest m = sample_manifest();
+  m.sources[0].kind = static_cast<SourceKind>(7);
+  m.fingerprint = compute_fingerprint(m);
+  auto r = decode_manifest(encode_manifest(m), kName);
+  EXPECT_FALSE(r.is_ok()) << "source kind 7 was accepted";
+}
+
+TEST(Fingerprint, ChangesWithKeysOffsetsSizesAndOrder) {
+  const Manifest m = sample_manifest();
+  const uint64_t base = compute_fingerprint(m);
+  auto changed = [&](auto edit) {
+    Manifest x = m;
+    edit(x);
+    return compute_fingerprint(x) != base;
+  };
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[1].key = "a/00X"; }));
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[1].begin += 512; }));
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[1].end += 512; }));
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[2].payload_bytes = 2; }));
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples.pop_back(); }));
+  EXPECT_TRUE(changed([](Manifest& x) { std::swap(x.sources[0], x.sources[1]); }));
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].uri = "/data/train-000009.tar"; }));
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].kind = SourceKind::kTarGz; }));
+  EXPECT_TRUE(changed([](Manifest& x) { x.sources.pop_back(); }));
+}
+
+TEST(Fingerprint, DoesNotDependOnWhereTheShardsAre) {
+  const Manifest m = sample_manifest();
+  const uint64_t base = compute_fingerprint(m);
+  Manifest moved = m;
+  moved.sources[0].uri = "s3://bucket/some/prefix/train-000000.tar";
+  moved.sources[1].uri = "https://host:8080/x/train-000001.tar.gz";
+  moved.sources[2].uri = "/mnt/other/loose/";
+  moved.sources[3].uri = "missing.tar";
+  EXPECT_EQ(compute_fingerprint(moved), base);
+  // Nor on the scan's bookkeeping: file sizes, times and damage notes.
+  moved.sources[0].mtime_ns = 1;
+  moved.sources[0].size_bytes = 1;
+  EXPECT_EQ(compute_fingerprint(moved), base);
+}
+
+TEST(ManifestSummary, CountsSamplesBytesDamageAndSeekability) {
+  Manifest m = sample_manifest();
+  EXPECT_EQ(m.num_samples(), 6u);
+  EXPECT_EQ(m.payload_bytes(), 900u + 1200 + 1 + 10 + 20 + 10);
+  EXPECT_EQ(m.num_damaged(), 2u);
+  EXPECT_FALSE(m.seekable()) << "a .tar.gz source cannot be read at any sample";
+  m.sources.erase(m.sources.begin() + 1);
+  EXPECT_TRUE(m.seekable());
+  m.fingerprint = 0x00ab;
+  EXPECT_EQ(m.fingerprint_hex(), "00000000000000ab");
+  EXPECT_STREQ(source_kind_name(SourceKind::kTar), "tar");
+  EXPECT_STREQ(source_kind_name(SourceKind::kTarGz), "tar.gz");
+  EXPECT_STREQ(source_kind_name(SourceKind::kDirectory), "directory");
+}
+
+}  // namespace
+}  // namespace shardyard
