@@ -285,11 +285,16 @@ Status save_manifest(const Manifest& m, const std::string& path) {
 }
 
 Result<Manifest> load_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": no manifest here");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return decode_manifest(ss.str(), path);
+  // One buffer of the file's size (a stringstream would hold the bytes twice at the peak).
+  auto file = local_file_system().open(path);
+  if (!file.is_ok()) {
+    if (file.status().code() == StatusCode::kNotFound)
+      return not_found(path + ": no manifest here");
+    return file.status();
+  }
+  std::string bytes((*file)->size(), '\0');
+  SY_RETURN_IF_ERROR(read_exact(**file, 0, bytes.data(), bytes.size()));
+  return decode_manifest(bytes, path);
 }
 
 }  // namespace shardyard::io
