@@ -12,12 +12,7 @@ RankMerger::RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochT
       cursor_(ticket_.take) {}
 
 uint64_t RankMerger::batch_begin(uint64_t step) const {
-  EpochPlan p;
-  p.steps = ticket_.steps;
-  p.batch_size = job_->batch_size;
-  p.ranks.resize(1);
-  p.ranks[0].items = ticket_.items;
-  return p.batch_begin(0, step);
+  return shardyard::batch_begin(ticket_.items, ticket_.steps, job_->batch_size, step);
 }
 
 Result<Item> RankMerger::take(uint32_t ch) {

@@ -177,8 +177,8 @@ uint64_t epoch_key(uint64_t seed, uint32_t epoch) {
   return hash_combine(seed, epoch, 0x5eed0fe90c4ULL);
 }
 
-uint64_t EpochPlan::batch_begin(uint32_t rank, uint64_t step) const {
-  const uint64_t n = ranks[rank].items, b = batch_size, s = steps;
+uint64_t batch_begin(uint64_t items, uint64_t steps, uint32_t batch_size, uint64_t step) {
+  const uint64_t n = items, b = batch_size, s = steps;
   if (step >= s) return n;
   if (n >= s * b) return step * b;
   if (n < s) return std::min(n, step * b);  // degenerate: fewer items than steps

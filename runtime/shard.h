@@ -154,6 +154,11 @@ class InterleaveCursor {
   size_t at_ = 0;                 // position in active_ of the next sequence
 };
 
+// First position of `step` in a rank order of `items` items cut into `steps` batches of at
+// most `batch_size` (step == steps gives `items`): full batches first, the shortfall spread
+// over the last batches so that none is empty while items >= steps.
+uint64_t batch_begin(uint64_t items, uint64_t steps, uint32_t batch_size, uint64_t step);
+
 // One rank's share of an epoch.
 struct RankPlan {
   std::vector<uint32_t> shards;  // logical shards, in interleave order
@@ -170,7 +175,9 @@ struct EpochPlan {
   uint64_t steps = 0;  // same for every rank
   uint32_t batch_size = 1;
   // First rank-order position of `step` on `rank` (step == steps gives the end).
-  uint64_t batch_begin(uint32_t rank, uint64_t step) const;
+  uint64_t batch_begin(uint32_t rank, uint64_t step) const {
+    return shardyard::batch_begin(ranks[rank].items, steps, batch_size, step);
+  }
   uint64_t batch_items(uint32_t rank, uint64_t step) const {
     return batch_begin(rank, step + 1) - batch_begin(rank, step);
   }
