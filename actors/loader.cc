@@ -231,7 +231,8 @@ struct Loader::Epoch {
   std::vector<std::thread> collators;
   std::mutex take_mu;  // serialises merger->take_step()
   std::mutex mu;
-  std::condition_variable changed;
+  std::condition_variable room;     // collators wait here for room to build another batch
+  std::condition_variable arrived;  // the trainer waits here for the next step's batch
   std::map<uint64_t, Result<std::optional<Batch>>> ready;  // by step; guarded by mu
   size_t building = 0;                                     // guarded by mu
   bool taken_all = false;                                  // guarded by mu
@@ -249,7 +250,7 @@ struct Loader::Epoch {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mu);
-        changed.wait(lock, [&] { return stop || taken_all || ready.size() + building < depth; });
+        room.wait(lock, [&] { return stop || taken_all || ready.size() + building < depth; });
         if (stop || taken_all) return;
         ++building;
       }
@@ -266,11 +267,16 @@ struct Loader::Epoch {
         out = std::optional<Batch>(merger->build(items, step));
         items.clear();
       }
-      std::lock_guard<std::mutex> lock(mu);
-      --building;
-      if (!got.is_ok() || !*got) taken_all = true;
-      ready.emplace(step, std::move(out));
-      changed.notify_all();
+      bool last = !got.is_ok() || !*got;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        --building;
+        if (last) taken_all = true;
+        ready.emplace(step, std::move(out));
+      }
+      // Wake only who can act: the trainer, and, at the end, the other collator so it exits.
+      arrived.notify_one();
+      if (last) room.notify_all();
     }
   }
 };
@@ -301,7 +307,8 @@ void Loader::stop_epoch() {
     std::lock_guard<std::mutex> lock(epoch_->mu);
     epoch_->stop = true;
   }
-  epoch_->changed.notify_all();
+  epoch_->room.notify_all();
+  epoch_->arrived.notify_all();
   for (auto& t : epoch_->collators) t.join();
   epoch_.reset();
 }
@@ -377,13 +384,15 @@ Result<std::optional<Batch>> Loader::next() {
   if (e.depth == 0) {
     b = e.merger->next();
   } else {
-    std::unique_lock<std::mutex> lock(e.mu);
-    e.changed.wait(lock, [&] { return e.ready.count(e.next_step) > 0; });
-    auto it = e.ready.find(e.next_step);
-    b = std::move(it->second);
-    e.ready.erase(it);
-    ++e.next_step;
-    e.changed.notify_all();
+    {
+      std::unique_lock<std::mutex> lock(e.mu);
+      e.arrived.wait(lock, [&] { return e.ready.count(e.next_step) > 0; });
+      auto it = e.ready.find(e.next_step);
+      b = std::move(it->second);
+      e.ready.erase(it);
+      ++e.next_step;
+    }
+    e.room.notify_one();
   }
   if (!b.is_ok()) {
     e.error = b.status();

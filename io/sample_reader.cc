@@ -118,7 +118,7 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
           cur = &out->back();
           cur->id = id + (sample - first);
           cur->key = std::string(kf.key);
-          cur->owners.push_back(owner);
+          cur->owner = owner;
           cur->fields.reserve(4);
           ++sample;
         }

@@ -1,7 +1,8 @@
 // Item: the unit a pipeline emits (a sample, or something derived from one).
 //
-// An item's fields are views into bytes kept alive by `owners` (usually the chunk buffer
-// the sample was read into), so reading and passing items on copies no payload. A stage
+// An item's fields are views into bytes kept alive by `owner` (usually the chunk buffer
+// the sample was read into) and `owners` (bytes added later), so reading and passing items
+// on copies no payload. The common case, one owner, costs no allocation. A stage
 // that makes new bytes stores them with set_field(), which takes ownership.
 //
 // Single-owner: an item is moved from stage to stage and thread to thread, never shared.
@@ -26,14 +27,15 @@ struct Item {
   uint64_t id = 0;     // canonical item id (see runtime/shard.h)
   uint32_t shard = 0;  // logical shard that owns it
   std::string key;
-  std::vector<Field> fields;  // sorted by name
-  std::vector<std::shared_ptr<const void>> owners;
+  std::vector<Field> fields;                        // sorted by name
+  std::shared_ptr<const void> owner;                // what the fields were read into
+  std::vector<std::shared_ptr<const void>> owners;  // further bytes (set_field, stages)
 
   const Field* field(std::string_view name) const;
   uint64_t payload_bytes() const;
   // Adds or replaces a field with bytes the item now owns; keeps fields sorted.
   void set_field(std::string name, std::string bytes);
-  // Adds or replaces a field that views bytes kept alive by owners.
+  // Adds or replaces a field that views bytes kept alive by owner or owners.
   void set_field_view(std::string name, const uint8_t* data, size_t size);
   void remove_field(std::string_view name);
 };
