@@ -16,19 +16,17 @@ uint64_t RankMerger::batch_begin(uint64_t step) const {
 }
 
 Result<Item> RankMerger::take(uint32_t ch) {
-  auto& q = pending_[ch];
-  while (q.empty()) {
-    io::Packet packet;
-    SY_ASSIGN_OR_RETURN(bool got, channels_[ch]->pop(&packet));
+  auto& p = pending_[ch];
+  while (p.left() == 0) {
+    p.packet.items.clear();
+    p.next = 0;
+    SY_ASSIGN_OR_RETURN(bool got, channels_[ch]->pop(&p.packet));
     if (!got)
       return internal_error("rank " + std::to_string(rank_) + ": worker channel " +
                             std::to_string(ch) + " ended early at item " +
                             std::to_string(consumed_) + " of " + std::to_string(ticket_.items));
-    for (auto& it : packet.items) q.push_back(std::move(it));
   }
-  Item item = std::move(q.front());
-  q.pop_front();
-  return item;
+  return std::move(p.packet.items[p.next++]);
 }
 
 Result<bool> RankMerger::take_step(std::vector<Item>* items, uint64_t* step) {
@@ -75,7 +73,7 @@ Status RankMerger::check_drained() {
   // Without drop_last every produced item must have been consumed; with it, workers stop at
   // the plan's take counts, so the channels must be at their end too.
   for (size_t ch = 0; ch < channels_.size(); ++ch) {
-    if (!pending_[ch].empty())
+    if (pending_[ch].left() > 0)
       return internal_error("rank " + std::to_string(rank_) + ": worker channel " +
                             std::to_string(ch) + " produced more items than planned");
     io::Packet extra;

@@ -10,7 +10,6 @@
 // order); build() may run on several threads at once; cancel() from any thread.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -46,7 +45,14 @@ class RankMerger {
   uint32_t rank_;
   EpochTicket ticket_;
   std::vector<std::shared_ptr<io::Channel>> channels_;
-  std::vector<std::deque<Item>> pending_;  // per channel, items of popped packets
+  // Per channel: the packet being taken from and the position of its next item (no
+  // per-item queue: items are moved out of the packet in place).
+  struct Pending {
+    io::Packet packet;
+    size_t next = 0;
+    size_t left() const { return packet.items.size() - next; }
+  };
+  std::vector<Pending> pending_;
   InterleaveCursor cursor_;
   uint64_t step_ = 0;
   uint64_t consumed_ = 0;

@@ -59,7 +59,10 @@ inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  // Two overloads rather than one by value: `return local;` into a Result<T> then moves
+  // the local (C++17 moves only into a constructor taking T&&; by value it copies).
+  Result(const T& value) : value_(value) {}             // NOLINT: implicit by design
+  Result(T&& value) : value_(std::move(value)) {}       // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.is_ok() && "Result built from an OK status carries no value");
     if (status_.is_ok()) status_ = internal_error("Result built from an OK status");

@@ -24,7 +24,7 @@ struct RunArgs {
   std::vector<std::string> sources;
   uint32_t ranks = 1, workers = 2, batch_size = 64, epochs = 1;
   uint64_t seed = 0;
-  uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2;
+  uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2, prefetch_packets = 0;
   bool shuffle = false, drop_last = false, json = false, no_cache = false;
   std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
   std::string distributed_strategy = "strided", worker_strategy = "strided";
@@ -151,6 +151,7 @@ int run(const RunArgs& args) {
   opt.order = args.order == "as_completed" ? Order::kAsCompleted : Order::kExact;
   opt.on_corrupt = args.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
   opt.prefetch_batches = args.prefetch_batches;
+  if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
   opt.use_manifest_cache = !args.no_cache;
   opt.cache_dir = args.cache_dir;
   for (const auto& m : args.maps) {
@@ -291,6 +292,8 @@ Command add_run_command(CLI::App& app) {
                   "write DIR/rank-<r>.tsv of every delivered sample");
   cmd->add_flag("--json", args->json, "print only the JSON summary");
   cmd->add_option("--prefetch-batches", args->prefetch_batches, "batches collated ahead per rank");
+  cmd->add_option("--prefetch-packets", args->prefetch_packets,
+                  "packets queued per worker (0: the loader's default)");
   cmd->add_flag("--no-cache", args->no_cache, "do not read or write the manifest cache");
   cmd->add_option("--cache-dir", args->cache_dir, "manifest cache folder");
   cmd->add_option("--distributed-strategy", args->distributed_strategy, "contiguous | strided");
