@@ -27,10 +27,16 @@ sy_install_packages() {
     --no-install-recommends "${missing[@]}"
 }
 
-# sy_build DIR [cmake args...]: configure (once) and build everything in DIR.
+# sy_build DIR [cmake args...]: configure and build DIR (every target, or the targets
+# named in $SY_TARGETS).
 sy_build() {
   local dir="$1"; shift
   cmake -S "$SY_ROOT" -B "$dir" "$@" >"$dir.configure.log" 2>&1 || {
     cat "$dir.configure.log"; return 1; }
-  cmake --build "$dir" -j "$SY_JOBS"
+  if [ -n "${SY_TARGETS:-}" ]; then
+    # shellcheck disable=SC2086  # the list splits into targets on purpose
+    cmake --build "$dir" -j "$SY_JOBS" --target $SY_TARGETS
+  else
+    cmake --build "$dir" -j "$SY_JOBS"
+  fi
 }

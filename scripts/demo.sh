@@ -4,8 +4,11 @@
 # Usage: scripts/demo.sh [extra `shardyard run` options]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sy_install_packages
-mkdir -p "$SY_ROOT/build"
-sy_build "$SY_ROOT/build" -DCMAKE_BUILD_TYPE=Release
+# A release build of its own (the test script's build/ carries tests and sanitizer-free
+# debug info); only the CLI and the example trainer are needed here.
+mkdir -p "$SY_ROOT/build-release"
+SY_TARGETS="shardyard trainer" sy_build "$SY_ROOT/build-release" -DCMAKE_BUILD_TYPE=Release \
+  -DSHARDYARD_TESTS=OFF -DSHARDYARD_BENCHMARKS=OFF
 
 DATA="${SY_DEMO_DIR:-$(mktemp -d /tmp/shardyard-demo.XXXXXX)}"
 export SHARDYARD_CACHE_DIR="$DATA/cache"
@@ -13,10 +16,10 @@ echo "== generating a demo dataset in $DATA"
 python3 "$SY_ROOT/tests/e2e/make_dataset.py" --out "$DATA/train" --shards 16 --samples 200 \
   --bytes 8192 --seed 1
 echo "== shardyard run: 2 ranks x 2 workers, batch 32, 2 epochs, shuffled"
-"$SY_ROOT/build/tools/shardyard" run --source "$DATA/train/shard-{000000..000015}.tar" \
+"$SY_ROOT/build-release/tools/shardyard" run --source "$DATA/train/shard-{000000..000015}.tar" \
   --ranks 2 --workers 2 --batch-size 32 --epochs 2 --shuffle --seed 17 \
   --dump-keys "$DATA/dump" "$@"
 echo "== example trainer (embeds the runtime through its public API)"
-"$SY_ROOT/build/examples/trainer" --source "$DATA/train/shard-{000000..000015}.tar" \
+"$SY_ROOT/build-release/examples/trainer" --source "$DATA/train/shard-{000000..000015}.tar" \
   --workers 2 --batch-size 32 --epochs 1
 echo "== demo data and per-rank key dumps are in $DATA"
