@@ -150,8 +150,12 @@ class FileStream : public ByteStream {
         done += got;
         break;
       }
-      buf_.resize(window_);
-      SY_ASSIGN_OR_RETURN(size_t got, file_->read_at(pos_, buf_.data(), window_));
+      // Right after a seek (past a large payload) read only a small block: the next header
+      // and the small members that usually follow it, not the next large payload.
+      const size_t want = after_seek_ ? std::min<size_t>(window_, kAfterSeekBytes) : window_;
+      after_seek_ = false;
+      buf_.resize(want);
+      SY_ASSIGN_OR_RETURN(size_t got, file_->read_at(pos_, buf_.data(), want));
       buf_.resize(got);
       buf_pos_ = 0;
       if (got == 0) break;
@@ -164,6 +168,9 @@ class FileStream : public ByteStream {
     if (n <= in_buf) {
       buf_pos_ += n;
     } else {
+      // Skipping more than a window past the buffer is a large payload: the next refill is
+      // small. A shorter skip is a small member: keep reading whole windows.
+      after_seek_ = n - in_buf >= window_;
       buf_.clear();
       buf_pos_ = 0;
     }
@@ -175,7 +182,9 @@ class FileStream : public ByteStream {
 
  private:
   std::shared_ptr<RandomAccessFile> file_;
+  static constexpr size_t kAfterSeekBytes = 4096;
   size_t window_;
+  bool after_seek_ = false;
   std::string buf_;
   size_t buf_pos_ = 0;
   uint64_t pos_ = 0;

@@ -76,8 +76,9 @@ class ByteStream {
   virtual uint64_t position() const = 0;
 };
 
-// A stream over a RandomAccessFile with a small read-ahead window: reads of headers inside
-// the window cost no system call, skips beyond it seek (so large payloads are not read).
+// A stream over a RandomAccessFile with a read-ahead window: reads of headers inside the
+// window cost no system call; a skip beyond it seeks, and the read after such a seek fetches
+// only 4 KiB, so a large payload is never read (small members ride along in the window).
 std::unique_ptr<ByteStream> file_stream(std::shared_ptr<RandomAccessFile> file,
                                         size_t window_bytes = 64 << 10);
 // A stream over bytes in memory (tests, fuzzing).
