@@ -285,16 +285,21 @@ Status save_manifest(const Manifest& m, const std::string& path) {
 }
 
 Result<Manifest> load_manifest(const std::string& path) {
-  // One buffer of the file's size (a stringstream would hold the bytes twice at the peak).
+  // Decoded block by block: the file's bytes are never all in memory next to the manifest.
   auto file = local_file_system().open(path);
   if (!file.is_ok()) {
     if (file.status().code() == StatusCode::kNotFound)
       return not_found(path + ": no manifest here");
     return file.status();
   }
-  std::string bytes((*file)->size(), '\0');
-  SY_RETURN_IF_ERROR(read_exact(**file, 0, bytes.data(), bytes.size()));
-  return decode_manifest(bytes, path);
+  RandomAccessFile& f = **file;
+  uint64_t at = 0;
+  ManifestSource source = [&](char* dst, size_t n) -> Result<size_t> {
+    SY_ASSIGN_OR_RETURN(size_t got, f.read_at(at, dst, n));
+    at += got;
+    return got;
+  };
+  return decode_manifest(source, f.size(), path);
 }
 
 }  // namespace shardyard::io

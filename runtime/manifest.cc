@@ -1,5 +1,6 @@
 #include "runtime/manifest.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -101,30 +102,88 @@ struct Writer {
   }
 };
 
+// Reads the body from a ManifestSource in blocks (the whole file is never held at once),
+// hashing every consumed byte for the checksum that follows the body.
 struct Reader {
-  std::string_view in;
+  const ManifestSource* source = nullptr;
+  uint64_t left = 0;  // body bytes not yet fetched from the source
+  std::string buf;
   size_t pos = 0;
   bool failed = false;
+  Status io;  // a read error of the source
+  Hasher hash;
+
   bool need(size_t n) {
-    if (failed || in.size() - pos < n) failed = true;
+    if (failed) return false;
+    if (buf.size() - pos >= n) return true;
+    buf.erase(0, pos);
+    pos = 0;
+    while (buf.size() < n && left > 0) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(left, std::max<size_t>(n, 1u << 20)));
+      size_t at = buf.size();
+      buf.resize(at + want);
+      auto got = (*source)(buf.data() + at, want);
+      if (!got.is_ok() || *got == 0) {
+        if (!got.is_ok()) io = got.status();
+        buf.resize(at);
+        break;
+      }
+      buf.resize(at + *got);
+      left -= *got;
+    }
+    if (buf.size() < n) failed = true;
     return !failed;
   }
-  uint64_t uint(int bytes) {
-    if (!need(bytes)) return 0;
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i)
-      v |= static_cast<uint64_t>(static_cast<unsigned char>(in[pos + i])) << (8 * i);
-    pos += bytes;
+  std::string_view take(size_t n) {
+    std::string_view v(buf.data() + pos, n);
+    hash.add(v);
+    pos += n;
     return v;
+  }
+  uint64_t uint(int bytes) {
+    if (!need(static_cast<size_t>(bytes))) return 0;
+    auto v = take(static_cast<size_t>(bytes));
+    uint64_t out = 0;
+    for (int i = 0; i < bytes; ++i)
+      out |= static_cast<uint64_t>(static_cast<unsigned char>(v[i])) << (8 * i);
+    return out;
   }
   std::string str() {
     auto n = uint(4);
     if (!need(n)) return {};
-    std::string s(in.substr(pos, n));
-    pos += n;
-    return s;
+    return std::string(take(n));
+  }
+  bool done() const { return left == 0 && pos == buf.size(); }
+  // Hashes everything of the body not consumed yet (after a decode error).
+  void drain() {
+    hash.add(std::string_view(buf).substr(pos));
+    pos = buf.size();
+    std::string block(1u << 20, '\0');
+    while (left > 0 && io.is_ok()) {
+      auto got =
+          (*source)(block.data(), static_cast<size_t>(std::min<uint64_t>(left, block.size())));
+      if (!got.is_ok() || *got == 0) {
+        if (!got.is_ok()) io = got.status();
+        break;
+      }
+      hash.add(std::string_view(block.data(), *got));
+      left -= *got;
+    }
   }
 };
+
+// The smallest encodings of a source, a file name and a sample: a count larger than the
+// body divided by these is damage, refused before anything is allocated for it.
+constexpr uint64_t kMinSourceBytes = 4 + 1 + 8 + 8 + 1 + 8 + 4 + 8 + 8;
+constexpr uint64_t kMinFileBytes = 4;
+constexpr uint64_t kMinSampleBytes = 4 + 8 + 8 + 8;
+
+uint64_t le(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
 }  // namespace
 
 std::string encode_manifest(const Manifest& m) {
@@ -162,12 +221,28 @@ std::string encode_manifest(const Manifest& m) {
 }
 
 Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name) {
-  if (bytes.size() < 24 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+  size_t at = 0;
+  ManifestSource source = [&](char* dst, size_t n) -> Result<size_t> {
+    size_t take = std::min(n, bytes.size() - at);
+    std::memcpy(dst, bytes.data() + at, take);
+    at += take;
+    return take;
+  };
+  return decode_manifest(source, bytes.size(), name);
+}
+
+Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
+                                 const std::string& name) {
+  char head[24];
+  if (total_bytes < 24) return corrupt(name + ": not a shardyard manifest (bad magic)");
+  for (size_t got = 0; got < sizeof head;) {
+    SY_ASSIGN_OR_RETURN(size_t n, source(head + got, sizeof head - got));
+    if (n == 0) return corrupt(name + ": not a shardyard manifest (bad magic)");
+    got += n;
+  }
+  if (std::memcmp(head, kMagic, sizeof kMagic) != 0)
     return corrupt(name + ": not a shardyard manifest (bad magic)");
-  Reader head{bytes, 8};
-  auto version = head.uint(4);
-  auto flags = head.uint(4);
-  auto body_size = head.uint(8);
+  const uint64_t version = le(head + 8, 4), flags = le(head + 12, 4), body_size = le(head + 16, 8);
   if (version == 0) return corrupt(name + ": manifest format version 0 is not valid");
   if (flags != 0)
     return corrupt(name + ": manifest has flags " + std::to_string(flags) +
@@ -176,25 +251,45 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
     return corrupt(name + ": manifest format version " + std::to_string(version) +
                    " is newer than this build supports (" + std::to_string(kManifestFormatVersion) +
                    "); rebuild the manifest");
-  if (body_size > bytes.size() || bytes.size() - 24 < body_size + 8)
-    return corrupt(name + ": manifest is truncated (" + std::to_string(bytes.size()) + " bytes)");
-  std::string_view body = bytes.substr(24, body_size);
-  Reader tail{bytes, 24 + body_size};
-  Hasher h;
-  h.add(body);
-  if (tail.uint(8) != h.digest()) return corrupt(name + ": manifest checksum mismatch");
+  if (body_size > total_bytes || total_bytes - 24 < body_size + 8)
+    return corrupt(name + ": manifest is truncated (" + std::to_string(total_bytes) + " bytes)");
 
-  Reader r{body};
+  // Decode while reading; the checksum after the body is checked before anything decoded
+  // is returned, so a damaged file never yields a manifest.
+  Reader r;
+  r.source = &source;
+  r.left = body_size;
+  // A damaged file is reported as a checksum mismatch (the cause) rather than as whatever
+  // the damage made the decoder trip over: on a decode error, hash the rest and compare.
+  auto checksum_ok = [&]() -> Result<bool> {
+    char tail[8];
+    for (size_t got = 0; got < sizeof tail;) {
+      SY_ASSIGN_OR_RETURN(size_t k, source(tail + got, sizeof tail - got));
+      if (k == 0) return false;
+      got += k;
+    }
+    return le(tail, 8) == r.hash.digest();
+  };
+  auto settle = [&](Status decode_error) -> Status {
+    r.drain();
+    if (!r.io.is_ok()) return Status(r.io.code(), name + ": " + r.io.message());
+    auto ok = checksum_ok();
+    if (!ok.is_ok()) return ok.status();
+    return *ok ? decode_error : corrupt(name + ": manifest checksum mismatch");
+  };
+
   Manifest m;
   m.fingerprint = r.uint(8);
   auto n = r.uint(8);
-  if (n > body.size()) return corrupt(name + ": manifest source count is implausible");
+  if (n > body_size / kMinSourceBytes)
+    return settle(corrupt(name + ": manifest source count is implausible"));
   m.sources.resize(n);
   for (auto& s : m.sources) {
     s.uri = r.str();
     auto kind = r.uint(1);
     if (kind > static_cast<uint64_t>(SourceKind::kDirectory))
-      return corrupt(name + ": manifest has an unknown source kind " + std::to_string(kind));
+      return settle(
+          corrupt(name + ": manifest has an unknown source kind " + std::to_string(kind)));
     s.kind = static_cast<SourceKind>(kind);
     s.size_bytes = r.uint(8);
     s.mtime_ns = static_cast<int64_t>(r.uint(8));
@@ -202,11 +297,13 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
     s.damaged_at = r.uint(8);
     s.damage = r.str();
     auto nf = r.uint(8);
-    if (nf > body.size()) return corrupt(name + ": manifest file count is implausible");
+    if (nf > body_size / kMinFileBytes)
+      return settle(corrupt(name + ": manifest file count is implausible"));
     s.files.resize(nf);
     for (auto& f : s.files) f = r.str();
     auto ns = r.uint(8);
-    if (ns > body.size()) return corrupt(name + ": manifest sample count is implausible");
+    if (ns > body_size / kMinSampleBytes)
+      return settle(corrupt(name + ": manifest sample count is implausible"));
     s.samples.resize(ns);
     for (auto& e : s.samples) {
       e.key = r.str();
@@ -216,7 +313,11 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
     }
     if (r.failed) break;
   }
-  if (r.failed || r.pos != body.size()) return corrupt(name + ": manifest body is malformed");
+  if (!r.io.is_ok()) return Status(r.io.code(), name + ": " + r.io.message());
+  if (r.failed || !r.done()) return settle(corrupt(name + ": manifest body is malformed"));
+  auto ok = checksum_ok();
+  if (!ok.is_ok()) return ok.status();
+  if (!*ok) return corrupt(name + ": manifest checksum mismatch");
   if (compute_fingerprint(m) != m.fingerprint)
     return corrupt(name + ": manifest fingerprint does not match its content");
   return m;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,12 @@ uint64_t compute_fingerprint(const Manifest& m);
 std::string encode_manifest(const Manifest& m);
 // Decodes and validates magic, version and checksum; `name` is used in error messages.
 Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name);
+// The same, reading the encoded bytes (`total_bytes` of them) from `source` block by block,
+// so the file is never held in memory whole. `source` returns how many bytes it wrote (0 at
+// the end) or an error.
+using ManifestSource = std::function<Result<size_t>(char* dst, size_t n)>;
+Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
+                                 const std::string& name);
 
 inline constexpr uint32_t kManifestFormatVersion = 1;
 
