@@ -8,6 +8,7 @@ RankMerger::RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochT
       rank_(rank),
       ticket_(std::move(ticket)),
       channels_(std::move(channels)),
+      exact_(channels_.size() > 1 || job_->topology.workers == 1),
       pending_(channels_.size()),
       cursor_(ticket_.take) {}
 
@@ -33,12 +34,10 @@ Result<bool> RankMerger::take_step(std::vector<Item>* items, uint64_t* step) {
   *step = step_;
   if (step_ >= ticket_.steps) return false;
   const uint64_t n = batch_begin(step_ + 1) - batch_begin(step_);
-  // One channel per worker: follow the interleave. One shared channel: take as they come.
-  const bool exact = channels_.size() > 1 || job_->topology.workers == 1;
   items->clear();
   items->reserve(n);
   for (uint64_t i = 0; i < n; ++i) {
-    if (exact) {
+    if (exact_) {
       const uint32_t k = cursor_.next();
       SY_ASSIGN_OR_RETURN(Item it, take(ticket_.worker_of[k]));
       if (it.shard != ticket_.shards[k])

@@ -45,6 +45,8 @@ class RankMerger {
   uint32_t rank_;
   EpochTicket ticket_;
   std::vector<std::shared_ptr<io::Channel>> channels_;
+  // One channel per worker: follow the interleave. One shared channel: take as they come.
+  bool exact_;
   // Per channel: the packet being taken from and the position of its next item (no
   // per-item queue: items are moved out of the packet in place).
   struct Pending {

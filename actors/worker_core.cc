@@ -14,7 +14,6 @@ WorkerCore::WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32
 
 Result<UnitStats> WorkerCore::run(const WorkUnit& unit, io::Channel& channel) {
   UnitStats stats;
-  produced_.store(0, std::memory_order_relaxed);
   Status st = produce(unit, channel, &stats);
   channel.finish(st);
   if (!st.is_ok()) return st;
@@ -87,14 +86,12 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
     packet_bytes += bytes;
     packet.items.push_back(std::move(item));
     if (packet.items.size() >= job.packet_items || packet_bytes >= job.packet_bytes) {
-      produced_.fetch_add(packet.items.size(), std::memory_order_relaxed);
       SY_RETURN_IF_ERROR(channel.push(std::move(packet)));
       packet = io::Packet{};
       packet_bytes = 0;
     }
   }
   if (!packet.items.empty()) {
-    produced_.fetch_add(packet.items.size(), std::memory_order_relaxed);
     SY_RETURN_IF_ERROR(channel.push(std::move(packet)));
   }
   return Status::ok();

@@ -10,7 +10,6 @@
 // Single-owner: one WorkerCore per worker thread. run() blocks (reads, backpressure).
 #pragma once
 
-#include <atomic>
 #include <memory>
 
 #include "actors/job.h"
@@ -28,8 +27,6 @@ class WorkerCore {
   WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32_t worker);
   // Produces the unit into `channel` and finishes the channel (with the error, if any).
   Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel);
-  // Items produced since the start of the current unit (read by the actor for snapshots).
-  uint64_t produced() const { return produced_.load(std::memory_order_relaxed); }
 
  private:
   Status produce(const WorkUnit& unit, io::Channel& channel, UnitStats* stats);
@@ -37,7 +34,6 @@ class WorkerCore {
   std::shared_ptr<const JobData> job_;
   WorkerInfo identity_;
   io::SampleReader reader_;
-  std::atomic<uint64_t> produced_{0};
 };
 
 }  // namespace shardyard::actors

@@ -76,7 +76,8 @@ Status scan_tar_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e, OnC
     if (policy == OnCorrupt::kFail || st.code() != StatusCode::kCorrupt) return st;
     group.drop_current();  // the sample in progress may be incomplete
     e->damaged = true;
-    e->damaged_at = std::min<uint64_t>(stream->position(), gz ? stream->position() : e->size_bytes);
+    // A skip can carry a file stream's position past the end of the file; keep it inside.
+    e->damaged_at = gz ? stream->position() : std::min(stream->position(), e->size_bytes);
     e->damage = st.message();
     return Status::ok();
   }

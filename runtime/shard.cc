@@ -165,6 +165,12 @@ uint32_t InterleaveCursor::next() {
   return seq;
 }
 
+std::vector<uint32_t> identity_permutation(uint32_t n) {
+  std::vector<uint32_t> p(n);
+  std::iota(p.begin(), p.end(), 0);
+  return p;
+}
+
 std::vector<uint32_t> seeded_permutation(uint32_t n, uint64_t key) {
   std::vector<uint32_t> p(n);
   std::iota(p.begin(), p.end(), 0);
@@ -208,8 +214,7 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
   plan.batch_size = batch_size;
   plan.epoch_key = epoch_key(spec.seed, epoch);
   plan.shard_order = spec.shuffle ? seeded_permutation(l, hash_combine(plan.epoch_key, 1))
-                                  : seeded_permutation(l, 0);
-  if (!spec.shuffle) std::iota(plan.shard_order.begin(), plan.shard_order.end(), 0);
+                                  : identity_permutation(l);
 
   std::vector<ShardInfo> infos(l);
   for (uint32_t i = 0; i < l; ++i) {
@@ -284,11 +289,7 @@ ShardSequence::ShardSequence(const LogicalShards& shards, uint32_t shard, uint32
       key_(hash_combine(key, shard, 2)) {
   auto n = static_cast<uint32_t>((end_ - begin_ + chunk_items_ - 1) / chunk_items_);
   order_ = (shuffle && permute_chunks) ? seeded_permutation(n, hash_combine(key_, 3))
-                                       : seeded_permutation(0, 0);
-  if (order_.size() != n) {
-    order_.resize(n);
-    std::iota(order_.begin(), order_.end(), 0);
-  }
+                                       : identity_permutation(n);
 }
 
 uint64_t ShardSequence::chunk_begin(size_t i) const {
@@ -301,10 +302,8 @@ uint64_t ShardSequence::chunk_end(size_t i) const {
 
 std::vector<uint32_t> ShardSequence::chunk_permutation(size_t i) const {
   auto n = static_cast<uint32_t>(chunk_end(i) - chunk_begin(i));
-  if (shuffle_) return seeded_permutation(n, hash_combine(key_, 4, order_[i]));
-  std::vector<uint32_t> p(n);
-  std::iota(p.begin(), p.end(), 0);
-  return p;
+  return shuffle_ ? seeded_permutation(n, hash_combine(key_, 4, order_[i]))
+                  : identity_permutation(n);
 }
 
 }  // namespace shardyard

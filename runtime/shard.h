@@ -216,5 +216,7 @@ class ShardSequence {
 
 // A seeded Fisher-Yates permutation of [0, n).
 std::vector<uint32_t> seeded_permutation(uint32_t n, uint64_t key);
+// 0, 1, ..., n-1.
+std::vector<uint32_t> identity_permutation(uint32_t n);
 
 }  // namespace shardyard
