@@ -4,8 +4,20 @@ namespace shardyard::actors {
 
 Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, const EpochKey& key) {
   const auto& job = *job_;
-  SY_ASSIGN_OR_RETURN(auto plan, plan_epoch(*job.manifest, job.index, job.shards, job.plan,
-                                            job.topology, job.batch_size, start.epoch));
+  std::optional<EpochCursor> cursor;
+  std::vector<std::string> states;
+  bool rescaled = false;
+  if (resume_ && resume_->epoch == start.epoch && resume_->partial) {
+    const auto& g = *resume_;
+    cursor = EpochCursor{
+        g.epoch, g.step,         g.take,          g.consumed,    g.saved_ranks, g.saved_batch_size,
+        g.steps, g.layout_step0, g.layout_offset, g.layout_items};
+    states = g.worker_states;
+    rescaled = g.rescaled;
+  }
+  SY_ASSIGN_OR_RETURN(auto plan,
+                      plan_epoch(*job.manifest, job.index, job.shards, job.plan, job.topology,
+                                 job.batch_size, start.epoch, cursor ? &*cursor : nullptr));
   if (key.epoch != start.epoch || key.key != plan.epoch_key)
     return internal_error("rank " + std::to_string(rank_) + ": the coordinator's key for epoch " +
                           std::to_string(start.epoch) + " differs from this rank's plan");
@@ -20,7 +32,12 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
   a.ticket.items = rp.items;
   a.ticket.shards = rp.shards;
   a.ticket.take = rp.take;
+  a.ticket.consumed = rp.consumed;
   a.ticket.worker_of = rp.worker_of;
+  a.ticket.first_step = plan.first_step;
+  a.ticket.layout_step0 = plan.layout_step0;
+  a.ticket.layout_offset = rp.layout_offset;
+  a.ticket.layout_items = rp.layout_items;
   a.units.resize(w_count);
   for (uint32_t w = 0; w < w_count; ++w) {
     auto& u = a.units[w];
@@ -29,13 +46,21 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
     u.epoch = start.epoch;
     u.epoch_key = key.key;
     u.channel = start.channels.size() == 1 ? start.channels[0] : start.channels[w];
+    u.rescaled = rescaled;
+    if (rescaled) {
+      u.stage_states = states;  // every saved state: the stages merge them
+    } else if (w < states.size() && !states[w].empty()) {
+      u.stage_states = {states[w]};
+    }
   }
   for (size_t k = 0; k < rp.shards.size(); ++k) {
     auto& u = a.units[rp.worker_of[k]];
-    if (rp.take[k] == 0) continue;
+    if (rp.take[k] == rp.consumed[k]) continue;
     u.shards.push_back(rp.shards[k]);
     u.take.push_back(rp.take[k]);
+    u.consumed.push_back(rp.consumed[k]);
   }
+  if (cursor) resume_.reset();  // a restart of this epoch later starts it afresh
   epoch_ = start.epoch;
   outstanding_ = w_count;
   items_done_ = bytes_done_ = 0;

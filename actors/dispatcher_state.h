@@ -4,12 +4,15 @@
 // coordinator handed out, checks that the key is the one the plan expects, and cuts the
 // rank's share into one work unit per worker: the worker's logical shards in interleave
 // order with how many items to take from each. It then tracks which units are out, done or
-// failed.
+// failed. After a resume grant (the coordinator's answer to a restored checkpoint), the
+// granted epoch is planned from the checkpoint's cursor: every shard starts where the
+// trainer stopped consuming, on this rank's share of the new topology.
 //
 // Single-owner (the dispatcher actor).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "actors/job.h"
@@ -26,6 +29,8 @@ class DispatcherState {
   DispatcherState(std::shared_ptr<const JobData> job, uint32_t rank)
       : job_(std::move(job)), rank_(rank) {}
   Result<EpochAssignment> start_epoch(const EpochStart& start, const EpochKey& key);
+  // The next start of the granted epoch resumes at its cursor (once).
+  void set_resume(ResumeGrant grant) { resume_ = std::move(grant); }
   void unit_done(const WorkerDone& done);
   ActorSnapshot snapshot() const;
 
@@ -36,6 +41,7 @@ class DispatcherState {
   uint32_t outstanding_ = 0;
   uint64_t items_done_ = 0, bytes_done_ = 0;
   std::string failure_;
+  std::optional<ResumeGrant> resume_;
 };
 
 }  // namespace shardyard::actors

@@ -18,6 +18,7 @@ JobInfo JobData::info() const {
   j.world_size = topology.ranks;
   j.workers = topology.workers;
   j.batch_size = batch_size;
+  j.exact_order = exact_order;
   return j;
 }
 

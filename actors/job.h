@@ -27,6 +27,7 @@ struct JobData {
   Spec pipeline;
   Topology topology;
   uint32_t batch_size = 1;
+  bool exact_order = true;  // the loader merges in the global order (Order::kExact)
   io::FileSystem* fs = nullptr;
   std::shared_ptr<BufferPool> pool;
   std::shared_ptr<io::DataPlane> data_plane;

@@ -60,6 +60,7 @@ Status LoaderOptions::validate() const {
 struct RankRoles {
   loader_actor loader;
   dispatcher_actor dispatcher;
+  checkpoint_actor checkpoint;
   std::vector<worker_actor> workers;
   bool loader_open = false;                          // guarded by Impl::mu
   std::vector<std::weak_ptr<io::Channel>> channels;  // of the open epoch; guarded by Impl::mu
@@ -108,6 +109,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                       make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
                                options.pipeline, Topology{options.world_size, options.workers},
                                options.batch_size, &fs));
+  job->exact_order = options.order == Order::kExact;
   d.job = job;
 
   register_protocol(d.cfg);
@@ -133,6 +135,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     for (uint32_t w = 0; w < options.workers; ++w)
       roles.workers.push_back(spawn_worker(*d.sys, job, r, w));
     roles.dispatcher = spawn_dispatcher(*d.sys, job, r, d.coordinator, roles.workers, roles.loader);
+    roles.checkpoint = spawn_checkpoint_actor(*d.sys, job, r, d.coordinator, roles.dispatcher);
     d.ranks[r] = std::move(roles);
   }
   return cluster;
@@ -167,6 +170,7 @@ std::vector<RoleSnapshot> Cluster::snapshot() {
   ask(d.coordinator);
   for (auto& [r, roles] : d.ranks) {
     ask(roles.dispatcher);
+    ask(roles.checkpoint);
     ask(roles.loader);
     for (auto& w : roles.workers) ask(w);
   }
@@ -199,6 +203,7 @@ Status Cluster::shutdown() {
                    });
     };
     for (auto& [r, roles] : d.ranks) {
+      stop(roles.checkpoint, "checkpoint actor of rank " + std::to_string(r));
       stop(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
       for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
       stop(roles.loader, "loader of rank " + std::to_string(r));
@@ -210,6 +215,7 @@ Status Cluster::shutdown() {
     for (auto& [r, roles] : d.ranks) {
       roles.loader = nullptr;
       roles.dispatcher = nullptr;
+      roles.checkpoint = nullptr;
       roles.workers.clear();
       roles.channels.clear();
     }
@@ -233,13 +239,18 @@ struct Loader::Epoch {
   std::mutex mu;
   std::condition_variable room;     // collators wait here for room to build another batch
   std::condition_variable arrived;  // the trainer waits here for the next step's batch
-  std::map<uint64_t, Result<std::optional<Batch>>> ready;  // by step; guarded by mu
-  size_t building = 0;                                     // guarded by mu
-  bool taken_all = false;                                  // guarded by mu
-  bool stop = false;                                       // guarded by mu
+  struct Ready {
+    Result<std::optional<Batch>> batch;
+    StepProgress progress;  // applied to `cursor` when the trainer takes the batch
+  };
+  std::map<uint64_t, Ready> ready;  // by step; guarded by mu
+  size_t building = 0;              // guarded by mu
+  bool taken_all = false;           // guarded by mu
+  bool stop = false;                // guarded by mu
   size_t depth = 2;
-  uint64_t next_step = 0;
-  uint64_t delivered_steps = 0, delivered_items = 0;
+  uint64_t next_step = 0;  // the number of the next batch next() returns
+  uint64_t delivered_items = 0;
+  RankCursor cursor;  // what the trainer consumed: the checkpoint state of this rank
   bool finished = false;
   Status error;
   std::chrono::steady_clock::time_point last_report;
@@ -256,9 +267,10 @@ struct Loader::Epoch {
       }
       uint64_t step = 0;
       Result<bool> got = false;
+      StepProgress progress;
       {
         std::lock_guard<std::mutex> take(take_mu);
-        got = merger->take_step(&items, &step);
+        got = merger->take_step(&items, &step, &progress);
       }
       Result<std::optional<Batch>> out = std::optional<Batch>();
       if (!got.is_ok()) {
@@ -272,13 +284,22 @@ struct Loader::Epoch {
         std::lock_guard<std::mutex> lock(mu);
         --building;
         if (last) taken_all = true;
-        ready.emplace(step, std::move(out));
+        ready.emplace(step, Ready{std::move(out), std::move(progress)});
       }
       // Wake only who can act: the trainer, and, at the end, the other collator so it exits.
       arrived.notify_one();
       if (last) room.notify_all();
     }
   }
+};
+
+// What restore() granted: the epoch that resumes, and the stage states its workers start
+// from (this rank's own, when the topology is unchanged), which are the cursor's until a
+// worker's next item is consumed.
+struct Loader::Restored {
+  ResumePoint point;
+  bool started = false;
+  std::vector<std::shared_ptr<const std::string>> states;  // by worker
 };
 
 Loader::Loader(std::shared_ptr<Cluster> cluster, uint32_t rank)
@@ -369,6 +390,13 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.cursor_actor = cursor_keeper;
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
+  std::vector<std::shared_ptr<const std::string>> states;
+  if (restored_ && !restored_->started && restored_->point.epoch == epoch) {
+    restored_->started = true;
+    states = restored_->states;
+  }
+  e.cursor = RankCursor(*ticket, w_count, std::move(states));
+  e.next_step = ticket->first_step;
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels);
   const size_t threads = std::min<size_t>(e.depth, 2);
   for (size_t t = 0; t < threads; ++t) e.collators.emplace_back([&e] { e.collate(); });
@@ -381,16 +409,17 @@ Result<std::optional<Batch>> Loader::next() {
   if (!e.error.is_ok()) return e.error;  // a failed epoch stays failed
   if (e.finished) return std::optional<Batch>();
   Result<std::optional<Batch>> b = std::optional<Batch>();
+  StepProgress progress;
   if (e.depth == 0) {
-    b = e.merger->next();
+    b = e.merger->next(&progress);
   } else {
     {
       std::unique_lock<std::mutex> lock(e.mu);
       e.arrived.wait(lock, [&] { return e.ready.count(e.next_step) > 0; });
       auto it = e.ready.find(e.next_step);
-      b = std::move(it->second);
+      b = std::move(it->second.batch);
+      progress = std::move(it->second.progress);
       e.ready.erase(it);
-      ++e.next_step;
     }
     e.room.notify_one();
   }
@@ -402,21 +431,89 @@ Result<std::optional<Batch>> Loader::next() {
     e.finished = true;
     return b;
   }
-  ++e.delivered_steps;
+  ++e.next_step;
   e.delivered_items += (*b)->size();
+  e.cursor.apply(progress);
   // The loader actor keeps the cursor for the monitor. A message per batch would wake an
   // actor thousands of times a second, so report at most every 20 ms (and at the end); the
   // exact cursor stays with this object.
   auto now = std::chrono::steady_clock::now();
-  if (now - e.last_report >= std::chrono::milliseconds(20) || e.delivered_steps == e.steps) {
+  if (now - e.last_report >= std::chrono::milliseconds(20) || e.next_step == e.steps) {
     e.last_report = now;
-    caf::anon_send(e.cursor_actor,
-                   StepReport{rank_, e.epoch, e.delivered_steps, e.delivered_items});
+    caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
   }
-  if (e.delivered_steps == e.steps)
-    caf::anon_send(e.cursor_actor,
-                   RankEpochDone{rank_, e.epoch, e.delivered_steps, e.delivered_items});
+  if (e.next_step == e.steps)
+    caf::anon_send(e.cursor_actor, RankEpochDone{rank_, e.epoch, e.next_step, e.delivered_items});
   return b;
+}
+
+// ---- checkpoints -------------------------------------------------------------------------
+
+Status Loader::save(const std::string& dir) {
+  if (!epoch_) return invalid_argument("save() needs a started epoch: call start_epoch() first");
+  auto& e = *epoch_;
+  if (!e.error.is_ok())
+    return Status(e.error.code(), "cannot save a failed epoch: " + e.error.message());
+  auto& d = *cluster_->impl_;
+  if (d.stopped) return cancelled("the cluster was shut down");
+  checkpoint_actor keeper;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    keeper = d.ranks.at(rank_).checkpoint;
+  }
+  const EpochTicket& t = e.merger->ticket();
+  SaveRequest req;
+  req.dir = dir;
+  req.epoch = e.epoch;
+  req.step = e.next_step;
+  req.steps = t.steps;
+  req.layout_step0 = t.layout_step0;
+  req.epoch_complete = e.next_step == t.steps;
+  req.shards = t.shards;
+  req.take = t.take;
+  req.consumed = e.cursor.consumed();
+  req.layout_offset = t.layout_offset;
+  req.layout_items = t.layout_items;
+  req.worker_states = e.cursor.worker_states();
+  Status result = internal_error("no answer from the checkpoint actor");
+  caf::scoped_actor self{*d.sys};
+  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms), std::move(req))
+      .receive([&](const SaveDone&) { result = Status::ok(); },
+               [&](const caf::error& err) {
+                 result = from_error(err);
+                 if (err == caf::sec::request_timeout)
+                   result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " +
+                                        dir + " timed out: every rank must call save() at step " +
+                                        std::to_string(e.next_step));
+               });
+  return result;
+}
+
+Result<ResumePoint> Loader::restore(const std::string& dir) {
+  if (epoch_ || (restored_ && restored_->started))
+    return invalid_argument("restore() must come before the first start_epoch()");
+  auto& d = *cluster_->impl_;
+  if (d.stopped) return cancelled("the cluster was shut down");
+  checkpoint_actor keeper;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    keeper = d.ranks.at(rank_).checkpoint;
+  }
+  Result<ResumeGrant> grant = internal_error("no answer from the checkpoint actor");
+  caf::scoped_actor self{*d.sys};
+  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms),
+                RestoreRequest{dir})
+      .receive([&](ResumeGrant& g) { grant = std::move(g); },
+               [&](const caf::error& err) { grant = from_error(err); });
+  if (!grant.is_ok()) return grant.status();
+  auto r = std::make_unique<Restored>();
+  r->point = ResumePoint{grant->epoch, grant->partial ? grant->step : 0, grant->generation,
+                         grant->rescaled};
+  if (!grant->rescaled)
+    for (auto& s : grant->worker_states)
+      r->states.push_back(s.empty() ? nullptr : std::make_shared<const std::string>(std::move(s)));
+  restored_ = std::move(r);
+  return restored_->point;
 }
 
 }  // namespace shardyard

@@ -59,6 +59,8 @@ struct LoaderOptions {
   bool use_manifest_cache = true;
   std::string cache_dir;  // empty: io::default_cache_dir()
   unsigned scan_threads = 2;
+  // How long save() and restore() wait for the other ranks and the coordinator.
+  uint32_t checkpoint_timeout_ms = 120000;
 
   // Sets rank and world_size from torchrun (RANK, WORLD_SIZE), Open MPI
   // (OMPI_COMM_WORLD_RANK/SIZE), MPICH/Intel MPI (PMI_RANK, PMI_SIZE) or SLURM (SLURM_PROCID,
@@ -68,6 +70,14 @@ struct LoaderOptions {
 };
 
 class Cluster;
+
+// Where a restored job resumes (Loader::restore).
+struct ResumePoint {
+  uint32_t epoch = 0;  // the first epoch to run: start_epoch(epoch) continues it
+  uint64_t step = 0;   // the number of its first batch (0 when the cut was an epoch's end)
+  uint64_t generation = 0;
+  bool rescaled = false;  // the checkpoint was taken at another number of ranks or workers
+};
 
 class Loader {
  public:
@@ -82,6 +92,21 @@ class Loader {
   // The next batch of the current epoch; nullopt after its last batch.
   Result<std::optional<Batch>> next();
 
+  // Checkpoints (docs/checkpoint-format.md). save() writes this rank's part of a
+  // checkpoint of the whole job into `dir` at the current step, the batches next()
+  // returned so far; batches prefetched but not returned are not part of it. Every rank of
+  // the job calls save() after the same number of steps (a collective, like a barrier);
+  // each returns once CHECKPOINT names every rank's file. It pauses nothing and copies no
+  // sample: the state is a cursor per logical shard plus declared stage state. Saving
+  // again into the same directory replaces the checkpoint atomically.
+  Status save(const std::string& dir);
+  // Before the first start_epoch(): loads the checkpoint in `dir`, which the coordinator
+  // validates (same dataset, L, seed, plan; not damaged) and maps onto this job's ranks
+  // and workers, which may differ from the checkpoint's. Then start_epoch(point.epoch)
+  // continues the interrupted epoch: no sample of it is repeated or skipped, and at the
+  // same ranks and batch size the batches are bit-identical to an uninterrupted run.
+  Result<ResumePoint> restore(const std::string& dir);
+
   uint32_t rank() const { return rank_; }
   uint64_t steps_per_epoch() const;  // valid after start_epoch()
   const Manifest& manifest() const;
@@ -90,12 +115,14 @@ class Loader {
  private:
   friend class Cluster;
   struct Epoch;
+  struct Restored;
   Loader(std::shared_ptr<Cluster> cluster, uint32_t rank);
   void stop_epoch();
 
   std::shared_ptr<Cluster> cluster_;
   uint32_t rank_;
   std::unique_ptr<Epoch> epoch_;
+  std::unique_ptr<Restored> restored_;
 };
 
 // What Cluster::snapshot() reports of one actor (a plain copy of actors::ActorSnapshot).

@@ -4,7 +4,12 @@
 // item from the worker that owns that position's logical shard, so the batches are the
 // same whatever the number of workers. In as-completed order it takes items as they arrive
 // on one channel shared by all workers (exactly once still holds, the order does not).
-// Batch sizes follow the epoch plan (equal step counts on every rank).
+// Batch sizes follow the epoch plan (equal step counts on every rank); a resumed epoch
+// starts at the ticket's first step with every shard at its consumed position.
+//
+// What each step consumed (which logical shard each item came from, and the stage state
+// of each worker after its last item in the step) comes out with the step, so the loader
+// can advance its checkpoint cursor when the trainer takes the batch, not when it is built.
 //
 // Thread-compatible: take_step() must be called by one thread at a time (steps come out in
 // order); build() may run on several threads at once; cancel() from any thread.
@@ -19,19 +24,45 @@
 
 namespace shardyard::actors {
 
+struct StepProgress {
+  std::vector<uint32_t> shard_index;  // ticket index of each item's logical shard
+  // Worker -> its stage state after its last item in the step (stateful pipelines only).
+  std::vector<std::pair<uint32_t, std::shared_ptr<const std::string>>> states;
+};
+
+// The trainer-side cursor of a rank's epoch: what has been consumed, per shard of the
+// ticket, and each worker's stage state as of its last consumed item.
+class RankCursor {
+ public:
+  RankCursor() = default;
+  RankCursor(const EpochTicket& ticket, uint32_t workers,
+             std::vector<std::shared_ptr<const std::string>> initial_states);
+  void apply(const StepProgress& p);
+  const std::vector<uint64_t>& consumed() const { return consumed_; }
+  // Encoded state per worker ("" when a worker's pipeline has no state).
+  std::vector<std::string> worker_states() const;
+
+ private:
+  std::vector<uint64_t> consumed_;  // by ticket index
+  std::vector<std::shared_ptr<const std::string>> states_;
+};
+
 class RankMerger {
  public:
   RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochTicket ticket,
              std::vector<std::shared_ptr<io::Channel>> channels);
   // The items of the next step, in order, and that step's number; false after the last
-  // step. On an error `*step` is the step that failed.
-  Result<bool> take_step(std::vector<Item>* items, uint64_t* step);
+  // step. On an error `*step` is the step that failed. `progress` (optional) receives what
+  // the step consumes.
+  Result<bool> take_step(std::vector<Item>* items, uint64_t* step,
+                         StepProgress* progress = nullptr);
   // Collates a step's items (one copy of each payload). Safe to call concurrently.
   Batch build(std::vector<Item>& items, uint64_t step) const;
   // take_step() then build(): the next batch of the epoch, or nullopt after the last one.
-  Result<std::optional<Batch>> next();
+  Result<std::optional<Batch>> next(StepProgress* progress = nullptr);
   void cancel();
   uint64_t steps() const { return ticket_.steps; }
+  const EpochTicket& ticket() const { return ticket_; }
   uint64_t step() const { return step_; }
   uint64_t items_consumed() const { return consumed_; }
 
@@ -56,6 +87,7 @@ class RankMerger {
   };
   std::vector<Pending> pending_;
   InterleaveCursor cursor_;
+  std::vector<uint32_t> index_of_shard_;  // logical shard -> ticket index (as completed)
   uint64_t step_ = 0;
   uint64_t consumed_ = 0;
 };

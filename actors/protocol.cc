@@ -17,6 +17,17 @@ void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<ActorSnapshot>("shardyard::ActorSnapshot");
   cfg.add_message_type<ShutdownRequest>("shardyard::ShutdownRequest");
   cfg.add_message_type<ShutdownAck>("shardyard::ShutdownAck");
+  cfg.add_message_type<SaveRequest>("shardyard::SaveRequest");
+  cfg.add_message_type<SaveDone>("shardyard::SaveDone");
+  cfg.add_message_type<CheckpointBegin>("shardyard::CheckpointBegin");
+  cfg.add_message_type<CheckpointGeneration>("shardyard::CheckpointGeneration");
+  cfg.add_message_type<RankSaved>("shardyard::RankSaved");
+  cfg.add_message_type<CheckpointCommitted>("shardyard::CheckpointCommitted");
+  cfg.add_message_type<CommitOutcome>("shardyard::CommitOutcome");
+  cfg.add_message_type<RestoreRequest>("shardyard::RestoreRequest");
+  cfg.add_message_type<ResumeOffer>("shardyard::ResumeOffer");
+  cfg.add_message_type<ResumeGrant>("shardyard::ResumeGrant");
+  cfg.add_message_type<ResumeAck>("shardyard::ResumeAck");
   cfg.add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   cfg.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
   cfg.add_message_type<std::vector<std::string>>("std::vector<std::string>");

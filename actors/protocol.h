@@ -32,6 +32,7 @@ struct JobInfo {
   uint32_t world_size = 1;
   uint32_t workers = 1;
   uint32_t batch_size = 1;
+  bool exact_order = true;
 };
 
 // rank -> coordinator: join the job; reply JobInfo, or an error when the fingerprint or the
@@ -60,16 +61,24 @@ struct EpochStart {
 };
 
 // The rank's share of the epoch, enough for the loader to merge worker output in order.
+// Steps [first_step, steps) are delivered; their sizes follow the layout (EpochPlan in
+// runtime/shard.h): from layout_step0 on, layout_items items from position layout_offset.
 struct EpochTicket {
   uint32_t epoch = 0;
   uint64_t steps = 0;
   uint64_t items = 0;
   std::vector<uint32_t> shards;     // logical shards in interleave order
   std::vector<uint64_t> take;       // items of each
+  std::vector<uint64_t> consumed;   // of each, consumed before a resume (else zeros)
   std::vector<uint32_t> worker_of;  // worker of each
+  uint64_t first_step = 0;
+  uint64_t layout_step0 = 0;
+  uint64_t layout_offset = 0;
+  uint64_t layout_items = 0;
 };
 
-// dispatcher -> worker: produce these shards' items of this epoch into `channel`.
+// dispatcher -> worker: produce these shards' items of this epoch into `channel`, each
+// from its `consumed` position on; a resumed unit restores its stages from stage_states.
 struct WorkUnit {
   uint32_t rank = 0;
   uint32_t worker = 0;
@@ -77,7 +86,10 @@ struct WorkUnit {
   uint64_t epoch_key = 0;
   std::vector<uint32_t> shards;  // in interleave order
   std::vector<uint64_t> take;
+  std::vector<uint64_t> consumed;
   std::string channel;
+  std::vector<std::string> stage_states;  // saved worker states (encode_stage_states)
+  bool rescaled = false;                  // the states come from another topology
 };
 
 // worker -> dispatcher: the unit is finished (ok == false: `error` says why).
@@ -107,6 +119,104 @@ struct StepReport {
   uint64_t items = 0;  // items consumed in this epoch
 };
 
+// ---- checkpoints (docs/checkpoint-format.md, docs/protocol.md) --------------------------
+
+// Loader -> its rank's checkpoint actor: save this rank's part of the cut at `step`.
+// Reply SaveDone once the whole job's cut is committed (every rank saved).
+struct SaveRequest {
+  std::string dir;
+  uint32_t epoch = 0;
+  uint64_t step = 0;   // steps consumed in the epoch
+  uint64_t steps = 0;  // one past the epoch's last step
+  uint64_t layout_step0 = 0;
+  bool epoch_complete = false;
+  std::vector<uint32_t> shards;  // the rank's logical shards
+  std::vector<uint64_t> take;
+  std::vector<uint64_t> consumed;
+  uint64_t layout_offset = 0;
+  uint64_t layout_items = 0;
+  std::vector<std::string> worker_states;  // by worker of the rank
+};
+struct SaveDone {
+  uint64_t generation = 0;
+  uint64_t bytes = 0;  // size of this rank's file
+};
+
+// checkpoint actor -> coordinator: a rank starts saving a cut; reply CheckpointGeneration,
+// the generation every rank of this cut writes (the largest proposal wins, so files of an
+// interrupted save are never reused).
+struct CheckpointBegin {
+  uint32_t rank = 0;
+  std::string dir;
+  uint32_t epoch = 0;
+  uint64_t step = 0;
+  uint64_t proposed_generation = 0;  // next_generation() as this rank saw the directory
+};
+struct CheckpointGeneration {
+  uint64_t generation = 0;
+};
+
+// checkpoint actor -> coordinator: this rank's file is durable. The reply, CheckpointCommitted,
+// comes when every rank's file is and CHECKPOINT names them (or an error).
+struct RankSaved {
+  uint32_t rank = 0;
+  std::string dir;
+  uint64_t generation = 0;
+  uint32_t epoch = 0;
+  uint64_t step = 0;
+  uint64_t steps = 0;
+  uint64_t layout_step0 = 0;
+  bool epoch_complete = false;
+  std::string file;  // name inside dir
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+};
+struct CheckpointCommitted {
+  uint64_t generation = 0;
+};
+// The coordinator's committer (a short-lived detached actor that writes CHECKPOINT, so the
+// coordinator never blocks on a disk) -> coordinator: the commit's outcome.
+struct CommitOutcome {
+  uint64_t generation = 0;
+  bool ok = true;
+  std::string error;
+};
+
+// Loader -> its checkpoint actor: resume from the checkpoint in `dir`. The actor loads it
+// and offers it to the coordinator; reply ResumeGrant (also forwarded to the dispatcher).
+struct RestoreRequest {
+  std::string dir;
+};
+// checkpoint actor -> coordinator: what this rank loaded, as the files' bytes (decoded and
+// validated again by the coordinator with the same functions). Reply ResumeGrant.
+struct ResumeOffer {
+  uint32_t rank = 0;
+  std::string dir;
+  std::string manifest;                 // the CHECKPOINT file
+  std::vector<std::string> rank_files;  // by rank of the saved topology
+};
+// coordinator -> rank (-> dispatcher): where the rank resumes. `epoch` is the first epoch
+// to run; when `partial`, it resumes at the cursor below, else it starts afresh.
+struct ResumeGrant {
+  uint32_t epoch = 0;
+  bool partial = false;
+  uint64_t step = 0;
+  std::vector<uint64_t> take;      // by logical shard
+  std::vector<uint64_t> consumed;  // by logical shard
+  uint32_t saved_ranks = 0;
+  uint32_t saved_batch_size = 0;
+  uint64_t steps = 0;
+  uint64_t layout_step0 = 0;
+  std::vector<uint64_t> layout_offset;  // by saved rank
+  std::vector<uint64_t> layout_items;   // by saved rank
+  // Without a rescale: the saved state of each worker of this rank (by worker). After one:
+  // every saved state, each handed to every worker (Stage::restore_state merges them).
+  std::vector<std::string> worker_states;
+  bool rescaled = false;
+  uint64_t generation = 0;
+};
+struct ResumeAck {};
+
 // anyone -> any role: a plain snapshot of the actor's state (for the monitor and tests).
 struct SnapshotRequest {};
 struct ActorSnapshot {
@@ -135,7 +245,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JobInfo& x) {
   return f(caf::meta::type_name("JobInfo"), x.fingerprint, x.num_items, x.logical_shards,
            x.chunk_items, x.seed, x.shuffle, x.drop_last, x.distributed_strategy, x.worker_strategy,
-           x.world_size, x.workers, x.batch_size);
+           x.world_size, x.workers, x.batch_size, x.exact_order);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
@@ -156,12 +266,12 @@ typename Inspector::result_type inspect(Inspector& f, EpochStart& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochTicket& x) {
   return f(caf::meta::type_name("EpochTicket"), x.epoch, x.steps, x.items, x.shards, x.take,
-           x.worker_of);
+           x.consumed, x.worker_of, x.first_step, x.layout_step0, x.layout_offset, x.layout_items);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkUnit& x) {
   return f(caf::meta::type_name("WorkUnit"), x.rank, x.worker, x.epoch, x.epoch_key, x.shards,
-           x.take, x.channel);
+           x.take, x.consumed, x.channel, x.stage_states, x.rescaled);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerDone& x) {
@@ -175,6 +285,56 @@ typename Inspector::result_type inspect(Inspector& f, RankEpochDone& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
   return f(caf::meta::type_name("StepReport"), x.rank, x.epoch, x.step, x.items);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SaveRequest& x) {
+  return f(caf::meta::type_name("SaveRequest"), x.dir, x.epoch, x.step, x.steps, x.layout_step0,
+           x.epoch_complete, x.shards, x.take, x.consumed, x.layout_offset, x.layout_items,
+           x.worker_states);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SaveDone& x) {
+  return f(caf::meta::type_name("SaveDone"), x.generation, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointBegin& x) {
+  return f(caf::meta::type_name("CheckpointBegin"), x.rank, x.dir, x.epoch, x.step,
+           x.proposed_generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointGeneration& x) {
+  return f(caf::meta::type_name("CheckpointGeneration"), x.generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankSaved& x) {
+  return f(caf::meta::type_name("RankSaved"), x.rank, x.dir, x.generation, x.epoch, x.step, x.steps,
+           x.layout_step0, x.epoch_complete, x.file, x.size, x.checksum);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointCommitted& x) {
+  return f(caf::meta::type_name("CheckpointCommitted"), x.generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CommitOutcome& x) {
+  return f(caf::meta::type_name("CommitOutcome"), x.generation, x.ok, x.error);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RestoreRequest& x) {
+  return f(caf::meta::type_name("RestoreRequest"), x.dir);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ResumeOffer& x) {
+  return f(caf::meta::type_name("ResumeOffer"), x.rank, x.dir, x.manifest, x.rank_files);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ResumeGrant& x) {
+  return f(caf::meta::type_name("ResumeGrant"), x.epoch, x.partial, x.step, x.take, x.consumed,
+           x.saved_ranks, x.saved_batch_size, x.steps, x.layout_step0, x.layout_offset,
+           x.layout_items, x.worker_states, x.rescaled, x.generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ResumeAck&) {
+  return f(caf::meta::type_name("ResumeAck"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapshotRequest&) {

@@ -1,8 +1,11 @@
 #include "actors/roles.h"
 
+#include <chrono>
+
 #include "actors/coordinator_state.h"
 #include "actors/dispatcher_state.h"
 #include "actors/worker_core.h"
+#include "io/checkpoint_store.h"
 
 namespace shardyard::actors {
 
@@ -29,8 +32,16 @@ namespace {
 
 struct CoordinatorActorState {
   std::unique_ptr<CoordinatorState> core;
+  // Ranks of the pending cut waiting for its commit, with the generation they saved.
+  std::vector<std::pair<uint64_t, caf::typed_response_promise<CheckpointCommitted>>> waiting;
   static inline const char* name = "shardyard.coordinator";
 };
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 coordinator_actor::behavior_type coordinator_fn(
     coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job) {
@@ -45,8 +56,66 @@ coordinator_actor::behavior_type coordinator_fn(
         return self->state.core->epoch_key(req.epoch);
       },
       [=](const RankEpochDone& done) { self->state.core->rank_done(done); },
+      [=](const CheckpointBegin& begin) -> caf::result<CheckpointGeneration> {
+        auto g = self->state.core->begin_save(begin);
+        if (!g.is_ok()) return to_error(g.status());
+        // Ranks still waiting on an abandoned cut learn that it will never commit.
+        auto& waiting = self->state.waiting;
+        for (auto it = waiting.begin(); it != waiting.end();) {
+          if (it->first == *g) {
+            ++it;
+            continue;
+          }
+          it->second.deliver(
+              to_error(cancelled("the checkpoint of generation " + std::to_string(it->first) +
+                                 " was abandoned for a newer cut")));
+          it = waiting.erase(it);
+        }
+        return CheckpointGeneration{*g};
+      },
+      [=](const RankSaved& saved) -> caf::typed_response_promise<CheckpointCommitted> {
+        auto rp = self->make_response_promise<CheckpointCommitted>();
+        auto m = self->state.core->rank_saved(saved, unix_ms());
+        if (!m.is_ok()) {
+          rp.deliver(to_error(m.status()));
+          return rp;
+        }
+        self->state.waiting.emplace_back(saved.generation, rp);
+        if (m->has_value()) {
+          // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
+          coordinator_actor me = self;
+          self->spawn<caf::detached>(
+              [me, dir = saved.dir, manifest = std::move(**m)](caf::blocking_actor* writer) {
+                Status st = io::commit_checkpoint(dir, manifest);
+                writer->send(me, CommitOutcome{manifest.generation, st.is_ok(),
+                                               st.is_ok() ? std::string() : st.to_string()});
+              });
+        }
+        return rp;
+      },
+      [=](const CommitOutcome& outcome) {
+        self->state.core->save_finished();
+        auto& waiting = self->state.waiting;
+        for (auto& [gen, rp] : waiting) {
+          if (outcome.ok && gen == outcome.generation) {
+            rp.deliver(CheckpointCommitted{gen});
+          } else {
+            rp.deliver(to_error(io_error("checkpoint generation " + std::to_string(gen) +
+                                         " was not committed: " + outcome.error)));
+          }
+        }
+        waiting.clear();
+      },
+      [=](const ResumeOffer& offer) -> caf::result<ResumeGrant> {
+        auto g = self->state.core->resume(offer);
+        if (!g.is_ok()) return to_error(g.status());
+        return std::move(g).value();
+      },
       [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
       [=](const ShutdownRequest&) -> ShutdownAck {
+        for (auto& [gen, rp] : self->state.waiting)
+          rp.deliver(to_error(cancelled("the coordinator shut down during a checkpoint")));
+        self->state.waiting.clear();
         self->quit();
         return ShutdownAck{"coordinator", 0, 0};
       },
@@ -165,6 +234,10 @@ dispatcher_actor::behavior_type dispatcher_fn(
                 },
                 [=](const caf::error& err) mutable { rp.deliver(err); });
         return rp;
+      },
+      [=](const ResumeGrant& grant) -> ResumeAck {
+        self->state.core->set_resume(grant);
+        return ResumeAck{};
       },
       [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
       [=](const ShutdownRequest&) -> ShutdownAck {

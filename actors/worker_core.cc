@@ -1,5 +1,7 @@
 #include "actors/worker_core.h"
 
+#include "runtime/checkpoint.h"
+
 namespace shardyard::actors {
 
 WorkerCore::WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32_t worker)
@@ -28,28 +30,54 @@ struct ShardCursor {
   std::vector<Item> items;     // the current chunk, in item-id order
   std::vector<uint32_t> perm;  // emission order
   size_t pos = 0;
+  uint64_t skip = 0;  // items of the next chunk consumed before a resume
 };
 }  // namespace
+
+Status WorkerCore::restore_stages(const WorkUnit& unit, const std::vector<Stage*>& stateful) {
+  if (unit.stage_states.empty()) return Status::ok();
+  // Each saved worker state lists its stateful stages in order; stage i gets entry i of
+  // every saved state (one without a rescale).
+  std::vector<std::vector<std::string>> per_stage(stateful.size());
+  for (const auto& blob : unit.stage_states) {
+    SY_ASSIGN_OR_RETURN(auto saved, decode_stage_states(blob));
+    if (saved.size() != stateful.size())
+      return invalid_argument("the checkpoint holds state for " + std::to_string(saved.size()) +
+                              " stateful stages; this pipeline has " +
+                              std::to_string(stateful.size()));
+    for (size_t i = 0; i < saved.size(); ++i) per_stage[i].push_back(std::move(saved[i]));
+  }
+  for (size_t i = 0; i < stateful.size(); ++i)
+    SY_RETURN_IF_ERROR(stateful[i]->restore_state(per_stage[i], unit.rescaled));
+  return Status::ok();
+}
 
 Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats* stats) {
   identity_.epoch = unit.epoch;
   ScopedWorkerInfo scoped(&identity_);
   SY_ASSIGN_OR_RETURN(auto stages, build_pipeline(job_->pipeline));
   for (auto& s : stages) SY_RETURN_IF_ERROR(s->open(identity_));
+  std::vector<Stage*> stateful;
+  for (auto& s : stages)
+    if (s->has_state()) stateful.push_back(s.get());
+  SY_RETURN_IF_ERROR(restore_stages(unit, stateful));
 
   const auto& job = *job_;
   const bool permute_chunks = job.manifest->seekable();
   std::vector<ShardCursor> cursors;
   cursors.reserve(unit.shards.size());
-  for (auto shard : unit.shards)
-    cursors.push_back(ShardCursor{ShardSequence(job.shards, shard, job.plan.chunk_items,
-                                                job.plan.shuffle, permute_chunks, unit.epoch_key),
-                                  0,
-                                  {},
-                                  {},
-                                  0});
+  for (size_t k = 0; k < unit.shards.size(); ++k) {
+    ShardSequence seq(job.shards, unit.shards[k], job.plan.chunk_items, job.plan.shuffle,
+                      permute_chunks, unit.epoch_key);
+    // A resumed shard starts inside the chunk (shuffle block) the trainer was in: that chunk
+    // is read again, and its items before the cursor are skipped.
+    const uint64_t consumed = k < unit.consumed.size() ? unit.consumed[k] : 0;
+    auto at = seq.seek(consumed);
+    cursors.push_back(ShardCursor{std::move(seq), at.chunk, {}, {}, 0, at.offset});
+  }
 
-  InterleaveCursor order(unit.take);
+  InterleaveCursor order(unit.take, unit.consumed);
+  std::vector<std::string> states(stateful.size());
   io::Packet packet;
   uint64_t packet_bytes = 0;
   while (!order.done()) {
@@ -66,7 +94,8 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
         g = end;
       }
       c.perm = c.seq.chunk_permutation(c.next_chunk);
-      c.pos = 0;
+      c.pos = c.skip;
+      c.skip = 0;
       ++c.next_chunk;
     }
     Item item = std::move(c.items[c.perm[c.pos++]]);
@@ -78,6 +107,10 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
         if (!st.is_ok())
           return Status(st.code(), "stage failed on item '" + item.key + "' (item " +
                                        std::to_string(item.id) + "): " + st.message());
+      }
+      if (!stateful.empty()) {  // the states right after this item travel with it
+        for (size_t i = 0; i < stateful.size(); ++i) states[i] = stateful[i]->save_state();
+        item.stage_state = std::make_shared<const std::string>(encode_stage_states(states));
       }
     }
     uint64_t bytes = item.payload_bytes();

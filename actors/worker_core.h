@@ -6,11 +6,14 @@
 // epoch's permuted order, runs the replicable stages on each item with a per-item random
 // stream, and pushes packets of items into its data-plane channel. The order it produces is
 // exactly the rank order restricted to its shards, which is what lets the loader merge.
+// A resumed unit starts each shard at its consumed position and restores stateful stages;
+// every item of a stateful pipeline carries the stages' state right after it.
 //
 // Single-owner: one WorkerCore per worker thread. run() blocks (reads, backpressure).
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "actors/job.h"
 #include "io/sample_reader.h"
@@ -30,6 +33,7 @@ class WorkerCore {
 
  private:
   Status produce(const WorkUnit& unit, io::Channel& channel, UnitStats* stats);
+  Status restore_stages(const WorkUnit& unit, const std::vector<Stage*>& stateful);
 
   std::shared_ptr<const JobData> job_;
   WorkerInfo identity_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -215,6 +216,48 @@ class MemoryStream : public ByteStream {
 FileSystem& local_file_system() {
   static LocalFileSystem fs;
   return fs;
+}
+
+Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync_dir) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return io_error("cannot write " + tmp + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  int synced = ::fsync(fd), sync_err = errno;
+  int closed = ::close(fd), close_err = errno;
+  if (synced != 0 || closed != 0) {
+    ::unlink(tmp.c_str());
+    return io_error("cannot flush " + tmp + ": " +
+                    std::strerror(synced != 0 ? sync_err : close_err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return io_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(err));
+  }
+  if (sync_dir) {
+    auto slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return io_error("cannot open directory " + dir + ": " + std::strerror(errno));
+    int rc = ::fsync(dfd), err = errno;
+    ::close(dfd);
+    if (rc != 0) return io_error("cannot flush directory " + dir + ": " + std::strerror(err));
+  }
+  return Status::ok();
 }
 
 Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/status.h"
@@ -63,6 +64,11 @@ FileSystem& local_file_system();
 
 // Reads exactly n bytes at offset or fails with a message naming the file and offset.
 Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n);
+
+// Writes a local file atomically: a temporary file beside `path`, fsync, rename over
+// `path`, and with `sync_dir` an fsync of the directory so the rename itself is durable.
+// Readers see the old bytes or the new, never a part; a crash leaves at most a temporary.
+Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync_dir);
 
 // A sequential byte stream with skipping (file, decompressor).
 class ByteStream {

@@ -255,34 +255,7 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
 }
 
 Status save_manifest(const Manifest& m, const std::string& path) {
-  std::string bytes = encode_manifest(m);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("cannot write " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return io_error("cannot write " + tmp + ": " + std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  int synced = ::fsync(fd), sync_err = errno;
-  int closed = ::close(fd), close_err = errno;
-  if (synced != 0 || closed != 0) {
-    ::unlink(tmp.c_str());
-    return io_error("cannot flush " + tmp + ": " +
-                    std::strerror(synced != 0 ? sync_err : close_err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return io_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-  }
-  return Status::ok();
+  return write_file_atomic(path, encode_manifest(m), /*sync_dir=*/false);
 }
 
 Result<Manifest> load_manifest(const std::string& path) {

@@ -30,6 +30,9 @@ struct Item {
   std::vector<Field> fields;                        // sorted by name
   std::shared_ptr<const void> owner;                // what the fields were read into
   std::vector<std::shared_ptr<const void>> owners;  // further bytes (set_field, stages)
+  // Set by a worker whose pipeline has stateful stages: their encoded states right after
+  // this item (runtime/checkpoint.h encode_stage_states), for checkpoints.
+  std::shared_ptr<const std::string> stage_state;
 
   const Field* field(std::string_view name) const;
   uint64_t payload_bytes() const;

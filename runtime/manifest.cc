@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/codec.h"
 #include "runtime/hash.h"
 
 namespace shardyard {
@@ -87,21 +88,6 @@ uint64_t compute_fingerprint(const Manifest& m) {
 namespace {
 constexpr char kMagic[8] = {'S', 'Y', 'M', 'A', 'N', 'I', 'F', '\0'};
 
-struct Writer {
-  std::string out;
-  void u8(uint8_t v) { out.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
-  void str(std::string_view s) {
-    u32(static_cast<uint32_t>(s.size()));
-    out.append(s);
-  }
-};
-
 // Reads the body from a ManifestSource in blocks (the whole file is never held at once),
 // hashing every consumed byte for the checksum that follows the body.
 struct Reader {
@@ -178,16 +164,10 @@ constexpr uint64_t kMinSourceBytes = 4 + 1 + 8 + 8 + 1 + 8 + 4 + 8 + 8;
 constexpr uint64_t kMinFileBytes = 4;
 constexpr uint64_t kMinSampleBytes = 4 + 8 + 8 + 8;
 
-uint64_t le(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
 }  // namespace
 
 std::string encode_manifest(const Manifest& m) {
-  Writer body;
+  ByteWriter body;
   body.u64(m.fingerprint);
   body.u64(m.sources.size());
   for (const auto& s : m.sources) {
@@ -208,16 +188,7 @@ std::string encode_manifest(const Manifest& m) {
       body.u64(e.payload_bytes);
     }
   }
-  Writer w;
-  w.out.append(kMagic, sizeof kMagic);
-  w.u32(kManifestFormatVersion);
-  w.u32(0);
-  w.u64(body.out.size());
-  w.out.append(body.out);
-  Hasher h;
-  h.add(body.out);
-  w.u64(h.digest());
-  return std::move(w.out);
+  return seal(kMagic, kManifestFormatVersion, body.out);
 }
 
 Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name) {
@@ -242,7 +213,8 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
   }
   if (std::memcmp(head, kMagic, sizeof kMagic) != 0)
     return corrupt(name + ": not a shardyard manifest (bad magic)");
-  const uint64_t version = le(head + 8, 4), flags = le(head + 12, 4), body_size = le(head + 16, 8);
+  const uint64_t version = load_le(head + 8, 4), flags = load_le(head + 12, 4),
+                 body_size = load_le(head + 16, 8);
   if (version == 0) return corrupt(name + ": manifest format version 0 is not valid");
   if (flags != 0)
     return corrupt(name + ": manifest has flags " + std::to_string(flags) +
@@ -268,7 +240,7 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
       if (k == 0) return false;
       got += k;
     }
-    return le(tail, 8) == r.hash.digest();
+    return load_le(tail, 8) == r.hash.digest();
   };
   auto settle = [&](Status decode_error) -> Status {
     r.drain();

@@ -4,7 +4,8 @@
 // A Spec is a list of stage type names with string parameters. It is plain data so a
 // worker in another process builds the same pipeline from the same registry (register
 // user stages in every process before opening a loader). Stages in this release are
-// replicable maps: each worker runs its own instances on its own items.
+// replicable maps: each worker runs its own instances on its own items. A stage that
+// keeps state across items declares it (Stage::has_state) so checkpoints can carry it.
 //
 // Per-item randomness comes from StageContext::rng, a counter-based stream keyed by
 // (seed, epoch, item id): an augmentation draws the same numbers whatever worker, rank or
@@ -67,6 +68,20 @@ class Stage {
   virtual Status open(const WorkerInfo& /*worker*/) { return Status::ok(); }
   // Transforms one item in place. An error stops the run and names the item.
   virtual Status process(Item& item, StageContext& ctx) = 0;
+
+  // State kept across items (a running statistic, a sampler's position) is declared, so a
+  // checkpoint can carry it: a stage with has_state() is asked for save_state() after every
+  // item it processes (keep it small), and the checkpoint keeps the state as of the last
+  // item of this worker that the trainer consumed. Stateless stages need none of this:
+  // per-item randomness comes from StageContext::rng.
+  virtual bool has_state() const { return false; }
+  virtual std::string save_state() const { return {}; }
+  // Called after open() when an epoch resumes from a checkpoint. Without a rescale `saved`
+  // holds this worker's own state; after one (other ranks or workers) it holds the saved
+  // state of every worker of the checkpoint that had one, and the stage merges them.
+  virtual Status restore_state(const std::vector<std::string>& /*saved*/, bool /*rescaled*/) {
+    return Status::ok();
+  }
 };
 
 using StageParams = std::map<std::string, std::string>;

@@ -154,6 +154,22 @@ InterleaveCursor::InterleaveCursor(std::vector<uint64_t> remaining)
     if (remaining_[i] > 0) active_.push_back(i);
 }
 
+InterleaveCursor::InterleaveCursor(const std::vector<uint64_t>& sizes,
+                                   const std::vector<uint64_t>& consumed) {
+  remaining_.resize(sizes.size());
+  uint64_t fewest = UINT64_MAX;
+  for (uint32_t i = 0; i < sizes.size(); ++i) {
+    const uint64_t c = i < consumed.size() ? std::min(consumed[i], sizes[i]) : 0;
+    remaining_[i] = sizes[i] - c;
+    if (remaining_[i] == 0) continue;
+    if (c < fewest) {
+      fewest = c;
+      at_ = active_.size();
+    }
+    active_.push_back(i);
+  }
+}
+
 uint32_t InterleaveCursor::next() {
   uint32_t seq = active_[at_];
   if (--remaining_[seq] == 0) {
@@ -179,6 +195,12 @@ std::vector<uint32_t> seeded_permutation(uint32_t n, uint64_t key) {
   return p;
 }
 
+bool EpochCursor::complete() const {
+  for (size_t j = 0; j < take.size(); ++j)
+    if (j >= consumed.size() || consumed[j] < take[j]) return false;
+  return true;
+}
+
 uint64_t epoch_key(uint64_t seed, uint32_t epoch) {
   return hash_combine(seed, epoch, 0x5eed0fe90c4ULL);
 }
@@ -196,10 +218,81 @@ uint64_t batch_begin(uint64_t items, uint64_t steps, uint32_t batch_size, uint64
   return full * b + k * q + std::min(k, extra);
 }
 
+namespace {
+
+// Every rank the same number of steps: enough for the largest share, or with drop_last as
+// many full batches as the smallest share holds (the others take fewer items).
+void lay_out_fresh(bool drop_last, EpochPlan* plan) {
+  const uint32_t b = plan->batch_size;
+  uint64_t max_steps = 0, min_steps = UINT64_MAX;
+  for (const auto& rp : plan->ranks) {
+    max_steps = std::max(max_steps, (rp.items + b - 1) / b);
+    min_steps = std::min(min_steps, rp.items / b);
+  }
+  plan->steps = drop_last ? min_steps : max_steps;
+  for (auto& rp : plan->ranks) {
+    if (drop_last) {
+      rp.take = interleave_counts(rp.take, plan->steps * b);
+      rp.items = plan->steps * b;
+    }
+    rp.layout_items = rp.items;
+  }
+}
+
+// A resumed epoch: continue the cursor's layout when R and the batch size are the same (the
+// batches are then those of the uninterrupted run), else lay out what is left of every rank
+// from the cursor's step. Nothing is dropped: drop_last applied when the epoch was planned.
+Status lay_out_resumed(const EpochCursor& c, EpochPlan* plan) {
+  const uint32_t b = plan->batch_size;
+  const auto r_count = static_cast<uint32_t>(plan->ranks.size());
+  plan->first_step = c.step;
+  if (c.ranks == r_count && c.batch_size == b && c.layout_offset.size() == r_count &&
+      c.layout_items.size() == r_count) {
+    plan->steps = c.steps;
+    plan->layout_step0 = c.layout_step0;
+    for (uint32_t r = 0; r < r_count; ++r) {
+      plan->ranks[r].layout_offset = c.layout_offset[r];
+      plan->ranks[r].layout_items = c.layout_items[r];
+    }
+    for (uint32_t r = 0; r < r_count; ++r)
+      if (c.step < c.layout_step0 || c.step > c.steps ||
+          plan->batch_begin(r, c.step) != plan->ranks[r].start ||
+          plan->batch_begin(r, c.steps) != plan->ranks[r].items)
+        return corrupt("checkpoint cursor of epoch " + std::to_string(c.epoch) +
+                       " does not fit its batch layout at rank " + std::to_string(r));
+    return Status::ok();
+  }
+  uint64_t steps_left = 0;
+  for (auto& rp : plan->ranks) {
+    rp.layout_offset = rp.start;
+    rp.layout_items = rp.items - rp.start;
+    steps_left = std::max(steps_left, (rp.layout_items + b - 1) / b);
+  }
+  plan->layout_step0 = c.step;
+  plan->steps = c.step + steps_left;
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
                              const LogicalShards& shards, const PlanSpec& spec,
-                             const Topology& topology, uint32_t batch_size, uint32_t epoch) {
+                             const Topology& topology, uint32_t batch_size, uint32_t epoch,
+                             const EpochCursor* resume) {
   const uint32_t l = shards.count(), r_count = topology.ranks, w_count = topology.workers;
+  if (resume) {
+    if (resume->epoch != epoch || resume->take.size() != l || resume->consumed.size() != l)
+      return invalid_argument("a cursor of epoch " + std::to_string(resume->epoch) + " with " +
+                              std::to_string(resume->take.size()) +
+                              " logical shards cannot resume epoch " + std::to_string(epoch) +
+                              " of " + std::to_string(l));
+    for (uint32_t j = 0; j < l; ++j)
+      if (resume->consumed[j] > resume->take[j] || resume->take[j] > shards.size(j))
+        return corrupt("checkpoint cursor of logical shard " + std::to_string(j) +
+                       " is out of range (" + std::to_string(resume->consumed[j]) + " of " +
+                       std::to_string(resume->take[j]) + ", shard has " +
+                       std::to_string(shards.size(j)) + " items)");
+  }
   if (r_count == 0 || w_count == 0 || batch_size == 0)
     return invalid_argument("ranks, workers and batch size must be at least 1");
   if (l < r_count)
@@ -248,7 +341,6 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
     plan.ranks[rank_of[i]].shards.push_back(infos[i].shard);
     rank_infos[rank_of[i]].push_back(infos[i]);
   }
-  uint64_t max_steps = 0, min_steps = UINT64_MAX;
   for (uint32_t r = 0; r < r_count; ++r) {
     auto& rp = plan.ranks[r];
     if (rp.shards.empty())
@@ -257,25 +349,21 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
     rp.worker_of = work(rank_infos[r], w_count);
     SY_RETURN_IF_ERROR(check(rp.worker_of, rp.shards.size(), w_count, spec.worker_strategy));
     for (auto j : rp.shards) {
-      rp.take.push_back(shards.size(j));
-      rp.items += shards.size(j);
+      rp.take.push_back(resume ? resume->take[j] : shards.size(j));
+      rp.consumed.push_back(resume ? resume->consumed[j] : 0);
+      rp.items += rp.take.back();
+      rp.start += rp.consumed.back();
     }
-    if (rp.items == 0)
+    if (rp.items == 0 && !resume)
       return invalid_argument("rank " + std::to_string(r) +
                               " gets no item: " + std::to_string(index.num_items()) + " items, " +
                               std::to_string(l) + " logical shards, " + std::to_string(r_count) +
                               " ranks; every rank needs at least one");
-    max_steps = std::max(max_steps, (rp.items + batch_size - 1) / batch_size);
-    min_steps = std::min(min_steps, rp.items / batch_size);
   }
-  if (spec.drop_last) {
-    plan.steps = min_steps;
-    for (auto& rp : plan.ranks) {
-      rp.take = interleave_counts(rp.take, plan.steps * batch_size);
-      rp.items = plan.steps * batch_size;
-    }
+  if (resume) {
+    SY_RETURN_IF_ERROR(lay_out_resumed(*resume, &plan));
   } else {
-    plan.steps = max_steps;
+    lay_out_fresh(spec.drop_last, &plan);
   }
   return plan;
 }
@@ -298,6 +386,19 @@ uint64_t ShardSequence::chunk_begin(size_t i) const {
 
 uint64_t ShardSequence::chunk_end(size_t i) const {
   return std::min(end_, chunk_begin(i) + chunk_items_);
+}
+
+ShardSequence::Seek ShardSequence::seek(uint64_t position) const {
+  Seek s;
+  for (; s.chunk < order_.size(); ++s.chunk) {
+    uint64_t n = chunk_end(s.chunk) - chunk_begin(s.chunk);
+    if (position < n) {
+      s.offset = position;
+      return s;
+    }
+    position -= n;
+  }
+  return s;
 }
 
 std::vector<uint32_t> ShardSequence::chunk_permutation(size_t i) const {

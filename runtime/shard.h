@@ -142,9 +142,16 @@ std::vector<uint64_t> interleave_counts(const std::vector<uint64_t>& sizes, uint
 
 // Walks a round-robin interleave of sequences with the given sizes: next() returns the
 // index of the sequence that owns the next position. Amortised O(1) per position.
+//
+// Started with `consumed` (items already taken from each sequence, a position's counts as
+// interleave_counts() gives them), it continues the interleave from that position: the
+// sequences served in the current round (one item ahead) are the first active ones in
+// order, so the next is the first active sequence with the fewest consumed, then full
+// rounds follow. With zero consumed this is the interleave from the start.
 class InterleaveCursor {
  public:
   explicit InterleaveCursor(std::vector<uint64_t> remaining);
+  InterleaveCursor(const std::vector<uint64_t>& sizes, const std::vector<uint64_t>& consumed);
   bool done() const { return active_.empty(); }
   uint32_t next();
 
@@ -159,24 +166,55 @@ class InterleaveCursor {
 // over the last batches so that none is empty while items >= steps.
 uint64_t batch_begin(uint64_t items, uint64_t steps, uint32_t batch_size, uint64_t step);
 
-// One rank's share of an epoch.
-struct RankPlan {
-  std::vector<uint32_t> shards;  // logical shards, in interleave order
-  std::vector<uint64_t> take;    // items delivered from each shard (all, or fewer with drop_last)
-  std::vector<uint32_t> worker_of;  // worker of each shard
-  uint64_t items = 0;               // sum of take
+// Where an interrupted epoch stands: what a checkpoint restores (runtime/checkpoint.h).
+// Topology-free except for the batch layout, which lets a resume at the same R and batch
+// size continue the very same batches.
+struct EpochCursor {
+  uint32_t epoch = 0;
+  uint64_t step = 0;               // steps consumed: the number of the next batch
+  std::vector<uint64_t> take;      // by logical shard: items the epoch delivers from it
+  std::vector<uint64_t> consumed;  // by logical shard: items consumed, a prefix of its order
+  // The batch layout in force when the cursor was taken (see EpochPlan).
+  uint32_t ranks = 0;
+  uint32_t batch_size = 0;
+  uint64_t steps = 0;
+  uint64_t layout_step0 = 0;
+  std::vector<uint64_t> layout_offset;  // by rank
+  std::vector<uint64_t> layout_items;   // by rank
+  bool complete() const;                // every shard consumed to its take
 };
 
+// One rank's share of an epoch.
+struct RankPlan {
+  std::vector<uint32_t> shards;    // logical shards, in interleave order
+  std::vector<uint64_t> take;      // items delivered from each shard (all, or fewer with drop_last)
+  std::vector<uint64_t> consumed;  // items of each already consumed (resumed epochs)
+  std::vector<uint32_t> worker_of;  // worker of each shard
+  uint64_t items = 0;               // sum of take
+  uint64_t start = 0;               // sum of consumed: the position of the first step
+  uint64_t layout_offset = 0;       // position of the layout's step 0
+  uint64_t layout_items = 0;        // items laid out into steps from layout_step0
+};
+
+// Batches: steps [first_step, steps) of the epoch are delivered. Their sizes follow a
+// layout: from step layout_step0 on, each rank's layout_items items (from its
+// layout_offset) are cut by batch_begin(). A fresh epoch lays out everything from step 0;
+// a resumed one continues the checkpoint's layout at the same R and batch size, and
+// otherwise lays out what is left from the resumed step.
 struct EpochPlan {
   uint32_t epoch = 0;
   uint64_t epoch_key = 0;             // hash of (seed, epoch): keys every shuffle of the epoch
   std::vector<uint32_t> shard_order;  // the epoch order of logical shards
   std::vector<RankPlan> ranks;
-  uint64_t steps = 0;  // same for every rank
+  uint64_t steps = 0;  // same for every rank: one past the last step number
+  uint64_t first_step = 0;
+  uint64_t layout_step0 = 0;
   uint32_t batch_size = 1;
   // First rank-order position of `step` on `rank` (step == steps gives the end).
   uint64_t batch_begin(uint32_t rank, uint64_t step) const {
-    return shardyard::batch_begin(ranks[rank].items, steps, batch_size, step);
+    const auto& r = ranks[rank];
+    return r.layout_offset + shardyard::batch_begin(r.layout_items, steps - layout_step0,
+                                                    batch_size, step - layout_step0);
   }
   uint64_t batch_items(uint32_t rank, uint64_t step) const {
     return batch_begin(rank, step + 1) - batch_begin(rank, step);
@@ -188,10 +226,14 @@ struct EpochPlan {
 uint64_t epoch_key(uint64_t seed, uint32_t epoch);
 
 // Plans epoch `epoch`. Fails on an unknown strategy, a strategy that returns a bad
-// assignment, or fewer items than ranks.
+// assignment, or fewer items than ranks. With `resume` (a cursor of this epoch that is not
+// complete) the plan delivers only what the cursor has not consumed, on this topology:
+// the shards go to ranks and workers as in a fresh plan, each starts at its consumed
+// position, and step numbers continue at the cursor's step.
 Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
                              const LogicalShards& shards, const PlanSpec& spec,
-                             const Topology& topology, uint32_t batch_size, uint32_t epoch);
+                             const Topology& topology, uint32_t batch_size, uint32_t epoch,
+                             const EpochCursor* resume = nullptr);
 
 // The epoch order of one logical shard's items, chunk by chunk.
 class ShardSequence {
@@ -205,6 +247,13 @@ class ShardSequence {
   uint64_t chunk_end(size_t i) const;
   // Emission order of the items of the i-th chunk: a permutation of [0, size).
   std::vector<uint32_t> chunk_permutation(size_t i) const;
+  // The chunk (in epoch order) holding the shard's `position`-th emitted item, and how many
+  // of that chunk's items come before it. position == size gives (num_chunks(), 0).
+  struct Seek {
+    size_t chunk = 0;
+    uint64_t offset = 0;
+  };
+  Seek seek(uint64_t position) const;
 
  private:
   uint64_t begin_ = 0, end_ = 0;

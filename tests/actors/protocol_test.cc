@@ -33,8 +33,8 @@ class ProtocolTest : public ::testing::Test {
 };
 
 TEST_F(ProtocolTest, JobInfoRoundTrips) {
-  JobInfo j{0x1234567890abcdefULL, 999, 64, 256, 17, true, true, "strided",
-            "contiguous",          8,   4,  256};
+  JobInfo j{0x1234567890abcdefULL, 999, 64, 256, 17,   true, true, "strided",
+            "contiguous",          8,   4,  256, false};
   auto o = round_trip(j);
   EXPECT_EQ(o.fingerprint, j.fingerprint);
   EXPECT_EQ(o.num_items, 999u);
@@ -48,6 +48,7 @@ TEST_F(ProtocolTest, JobInfoRoundTrips) {
   EXPECT_EQ(o.world_size, 8u);
   EXPECT_EQ(o.workers, 4u);
   EXPECT_EQ(o.batch_size, 256u);
+  EXPECT_FALSE(o.exact_order);
 }
 
 TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
@@ -63,13 +64,23 @@ TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
   EXPECT_EQ(es.rank, 1u);
   EXPECT_EQ(es.epoch, 2u);
   EXPECT_EQ(es.channels, (std::vector<std::string>{"r1/e2/w0", "r1/e2/w1"}));
-  auto t = round_trip(EpochTicket{2, 10, 600, {5, 1, 9}, {60, 61, 62}, {0, 1, 0}});
+  auto t = round_trip(
+      EpochTicket{2, 10, 600, {5, 1, 9}, {60, 61, 62}, {3, 0, 4}, {0, 1, 0}, 4, 2, 7, 500});
   EXPECT_EQ(t.steps, 10u);
   EXPECT_EQ(t.items, 600u);
   EXPECT_EQ(t.shards, (std::vector<uint32_t>{5, 1, 9}));
   EXPECT_EQ(t.take, (std::vector<uint64_t>{60, 61, 62}));
   EXPECT_EQ(t.worker_of, (std::vector<uint32_t>{0, 1, 0}));
-  auto u = round_trip(WorkUnit{1, 2, 3, 0xabcULL, {7, 8}, {10, 11}, "r1/e3/w2"});
+  EXPECT_EQ(t.consumed, (std::vector<uint64_t>{3, 0, 4}));
+  EXPECT_EQ(t.first_step, 4u);
+  EXPECT_EQ(t.layout_step0, 2u);
+  EXPECT_EQ(t.layout_offset, 7u);
+  EXPECT_EQ(t.layout_items, 500u);
+  auto u = round_trip(
+      WorkUnit{1, 2, 3, 0xabcULL, {7, 8}, {10, 11}, {1, 2}, "r1/e3/w2", {"s0", "s1"}, true});
+  EXPECT_EQ(u.consumed, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(u.stage_states, (std::vector<std::string>{"s0", "s1"}));
+  EXPECT_TRUE(u.rescaled);
   EXPECT_EQ(u.worker, 2u);
   EXPECT_EQ(u.epoch_key, 0xabcULL);
   EXPECT_EQ(u.shards, (std::vector<uint32_t>{7, 8}));
@@ -96,6 +107,40 @@ TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
   auto ack = round_trip(ShutdownAck{"dispatcher", 3, 0});
   EXPECT_EQ(ack.role, "dispatcher");
   EXPECT_EQ(ack.rank, 3u);
+}
+
+TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
+  auto sv = round_trip(
+      SaveRequest{"/ck", 2, 5, 9, 1, false, {4, 0}, {10, 11}, {3, 2}, 6, 15, {"w0", ""}});
+  EXPECT_EQ(sv.dir, "/ck");
+  EXPECT_EQ(sv.step, 5u);
+  EXPECT_EQ(sv.consumed, (std::vector<uint64_t>{3, 2}));
+  EXPECT_EQ(sv.layout_items, 15u);
+  EXPECT_EQ(sv.worker_states, (std::vector<std::string>{"w0", ""}));
+  EXPECT_EQ(round_trip(SaveDone{7, 99}).generation, 7u);
+  auto b = round_trip(CheckpointBegin{1, "/ck", 2, 5, 8});
+  EXPECT_EQ(b.proposed_generation, 8u);
+  EXPECT_EQ(round_trip(CheckpointGeneration{8}).generation, 8u);
+  auto rs = round_trip(
+      RankSaved{1, "/ck", 8, 2, 5, 9, 0, false, "rank-00001.g000008.ckpt", 120, 0xabcdefULL});
+  EXPECT_EQ(rs.file, "rank-00001.g000008.ckpt");
+  EXPECT_EQ(rs.checksum, 0xabcdefULL);
+  EXPECT_EQ(round_trip(CheckpointCommitted{8}).generation, 8u);
+  auto co = round_trip(CommitOutcome{8, false, "disk full"});
+  EXPECT_FALSE(co.ok);
+  EXPECT_EQ(co.error, "disk full");
+  EXPECT_EQ(round_trip(RestoreRequest{"/ck"}).dir, "/ck");
+  auto off = round_trip(ResumeOffer{2, "/ck", std::string("SYCKPT\0\0", 8), {"a", "b"}});
+  EXPECT_EQ(off.manifest.size(), 8u);
+  EXPECT_EQ(off.rank_files.size(), 2u);
+  auto g = round_trip(
+      ResumeGrant{3, true, 5, {10, 11}, {3, 2}, 2, 8, 9, 0, {0, 0}, {21, 21}, {"w0"}, true, 8});
+  EXPECT_EQ(g.epoch, 3u);
+  EXPECT_TRUE(g.partial);
+  EXPECT_EQ(g.layout_items, (std::vector<uint64_t>{21, 21}));
+  EXPECT_TRUE(g.rescaled);
+  EXPECT_EQ(g.generation, 8u);
+  round_trip(ResumeAck{});
 }
 
 }  // namespace

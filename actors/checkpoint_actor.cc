@@ -1,0 +1,165 @@
+// The checkpoint role: one detached actor per rank (its handlers write and read files).
+//
+// Save: propose a generation (from what the directory holds), get the cut's generation from
+// the coordinator, write this rank's file atomically, report it, and answer the loader
+// once the coordinator has committed CHECKPOINT for every rank. Restore: read the files,
+// offer their bytes to the coordinator, pass its grant to the rank's dispatcher, and
+// answer the loader with the grant. docs/protocol.md has the sequence.
+#include <chrono>
+
+#include "actors/roles.h"
+#include "io/checkpoint_store.h"
+#include "runtime/checkpoint.h"
+
+namespace shardyard::actors {
+
+namespace {
+
+struct CheckpointActorState {
+  uint32_t rank = 0;
+  coordinator_actor coordinator;
+  dispatcher_actor dispatcher;
+  std::string state = "idle";
+  uint64_t generation = 0;  // last committed or restored
+  uint64_t bytes = 0;       // size of the last rank file written
+  uint64_t saves = 0;
+  double last_write_ms = 0;
+  static inline const char* name = "shardyard.checkpoint";
+};
+
+RankCheckpoint rank_checkpoint(const SaveRequest& req, uint32_t rank, uint64_t generation,
+                               uint64_t fingerprint) {
+  RankCheckpoint c;
+  c.generation = generation;
+  c.rank = rank;
+  c.fingerprint = fingerprint;
+  c.epoch = req.epoch;
+  c.step = req.step;
+  c.layout_offset = req.layout_offset;
+  c.layout_items = req.layout_items;
+  for (size_t k = 0; k < req.shards.size(); ++k)
+    c.shards.push_back(ShardProgress{req.shards[k], req.take[k], req.consumed[k]});
+  c.worker_states = req.worker_states;
+  return c;
+}
+
+checkpoint_actor::behavior_type checkpoint_fn(
+    checkpoint_actor::stateful_pointer<CheckpointActorState> self,
+    std::shared_ptr<const JobData> job, uint32_t rank, coordinator_actor coordinator,
+    dispatcher_actor dispatcher) {
+  self->state.rank = rank;
+  self->state.coordinator = coordinator;
+  self->state.dispatcher = dispatcher;
+  const uint64_t fingerprint = job->manifest->fingerprint;
+  return {
+      [=](const SaveRequest& req) -> caf::typed_response_promise<SaveDone> {
+        auto rp = self->make_response_promise<SaveDone>();
+        if (req.shards.size() != req.take.size() || req.shards.size() != req.consumed.size()) {
+          rp.deliver(to_error(invalid_argument("malformed save request")));
+          return rp;
+        }
+        auto proposed = io::next_generation(req.dir);
+        if (!proposed.is_ok()) {
+          rp.deliver(to_error(proposed.status()));
+          return rp;
+        }
+        self->state.state = "saving";
+        CheckpointBegin begin{rank, req.dir, req.epoch, req.step, *proposed};
+        self->request(self->state.coordinator, caf::infinite, begin)
+            .then(
+                [=](const CheckpointGeneration& g) mutable {
+                  auto t0 = std::chrono::steady_clock::now();
+                  const std::string name = io::rank_file_name(rank, g.generation);
+                  const std::string bytes =
+                      encode_rank_checkpoint(rank_checkpoint(req, rank, g.generation, fingerprint));
+                  Status st = io::write_checkpoint_file(req.dir, name, bytes);
+                  self->state.last_write_ms = std::chrono::duration<double, std::milli>(
+                                                  std::chrono::steady_clock::now() - t0)
+                                                  .count();
+                  if (!st.is_ok()) {
+                    self->state.state = "failed";
+                    rp.deliver(to_error(st));
+                    return;
+                  }
+                  RankSaved saved{rank,     req.dir,      g.generation,        req.epoch,
+                                  req.step, req.steps,    req.layout_step0,    req.epoch_complete,
+                                  name,     bytes.size(), file_checksum(bytes)};
+                  const uint64_t size = bytes.size();
+                  self->request(self->state.coordinator, caf::infinite, saved)
+                      .then(
+                          [=](const CheckpointCommitted& c) mutable {
+                            self->state.state = "idle";
+                            self->state.generation = c.generation;
+                            self->state.bytes = size;
+                            ++self->state.saves;
+                            rp.deliver(SaveDone{c.generation, size});
+                          },
+                          [=](const caf::error& err) mutable {
+                            self->state.state = "failed";
+                            rp.deliver(err);
+                          });
+                },
+                [=](const caf::error& err) mutable {
+                  self->state.state = "failed";
+                  rp.deliver(err);
+                });
+        return rp;
+      },
+      [=](const RestoreRequest& req) -> caf::typed_response_promise<ResumeGrant> {
+        auto rp = self->make_response_promise<ResumeGrant>();
+        auto files = io::read_checkpoint_files(req.dir);
+        if (!files.is_ok()) {
+          rp.deliver(to_error(files.status()));
+          return rp;
+        }
+        self->state.state = "restoring";
+        ResumeOffer offer{rank, req.dir, std::move(files->manifest), std::move(files->rank_files)};
+        self->request(self->state.coordinator, caf::infinite, std::move(offer))
+            .then(
+                [=](const ResumeGrant& grant) mutable {
+                  self->request(self->state.dispatcher, caf::infinite, grant)
+                      .then(
+                          [=](const ResumeAck&) mutable {
+                            self->state.state = "idle";
+                            self->state.generation = grant.generation;
+                            rp.deliver(grant);
+                          },
+                          [=](const caf::error& err) mutable { rp.deliver(err); });
+                },
+                [=](const caf::error& err) mutable {
+                  self->state.state = "failed";
+                  rp.deliver(err);
+                });
+        return rp;
+      },
+      [=](const SnapshotRequest&) -> ActorSnapshot {
+        auto& st = self->state;
+        ActorSnapshot s;
+        s.role = "checkpoint";
+        s.rank = st.rank;
+        s.state = st.state;
+        s.bytes = st.bytes;
+        s.steps = st.saves;
+        s.detail = "generation " + std::to_string(st.generation) + ", last rank file written in " +
+                   std::to_string(st.last_write_ms) + " ms";
+        return s;
+      },
+      [=](const ShutdownRequest&) -> ShutdownAck {
+        self->state.coordinator = nullptr;
+        self->state.dispatcher = nullptr;
+        self->quit();
+        return ShutdownAck{"checkpoint", rank, 0};
+      },
+  };
+}
+
+}  // namespace
+
+checkpoint_actor spawn_checkpoint_actor(caf::actor_system& sys, std::shared_ptr<const JobData> job,
+                                        uint32_t rank, coordinator_actor coordinator,
+                                        dispatcher_actor dispatcher) {
+  return sys.spawn<caf::detached>(checkpoint_fn, std::move(job), rank, std::move(coordinator),
+                                  std::move(dispatcher));
+}
+
+}  // namespace shardyard::actors
