@@ -10,6 +10,7 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "actors/loader.h"
@@ -29,6 +30,8 @@ struct RunArgs {
   std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
   std::string distributed_strategy = "strided", worker_strategy = "strided";
   std::vector<std::string> maps;
+  std::string checkpoint_dir, resume_dir;
+  uint64_t stop_after_steps = 0, checkpoint_every = 0;
 };
 
 // "type" or "type:key=value;key=value".
@@ -58,6 +61,10 @@ Result<StageSpec> parse_stage(const std::string& text) {
 struct RankResult {
   uint64_t samples = 0, bytes = 0, batches = 0;
   uint64_t steps_per_epoch = 0;
+  uint64_t checkpoints = 0;
+  double max_save_ms = 0;
+  uint64_t generation = 0;
+  std::optional<ResumePoint> resumed;
   Status status;
 };
 
@@ -91,20 +98,47 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
       return;
     }
   }
+  Loader& l = **loader;
+  auto save = [&]() -> Status {
+    auto t = std::chrono::steady_clock::now();
+    Status st = l.save(args.checkpoint_dir);
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    out->max_save_ms = std::max(out->max_save_ms, ms);
+    ++out->checkpoints;
+    return st;
+  };
+  uint32_t first_epoch = 0;
+  if (!args.resume_dir.empty()) {
+    auto point = l.restore(args.resume_dir);
+    if (!point.is_ok()) {
+      out->status = point.status();
+      return;
+    }
+    out->resumed = *point;
+    first_epoch = point->epoch;
+  }
   Sha256 sha;
   std::string line;
-  for (uint32_t epoch = 0; epoch < args.epochs && !stop; ++epoch) {
-    out->status = (*loader)->start_epoch(epoch);
+  uint64_t steps_this_run = 0;
+  for (uint32_t epoch = first_epoch; epoch < args.epochs && !stop; ++epoch) {
+    out->status = l.start_epoch(epoch);
     if (!out->status.is_ok()) return;
-    out->steps_per_epoch = (*loader)->steps_per_epoch();
+    out->steps_per_epoch = l.steps_per_epoch();
     for (;;) {
       if (stop) return;
-      auto batch = (*loader)->next();
+      if (args.stop_after_steps > 0 && steps_this_run == args.stop_after_steps) break;
+      auto batch = l.next();
       if (!batch.is_ok()) {
         out->status = batch.status();
         return;
       }
       if (!batch->has_value()) break;
+      ++steps_this_run;
+      if (args.checkpoint_every > 0 && steps_this_run % args.checkpoint_every == 0) {
+        out->status = save();
+        if (!out->status.is_ok()) return;
+      }
       const Batch& b = **batch;
       ++out->batches;
       out->samples += b.size();
@@ -124,6 +158,14 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
         dump << line;
       }
     }
+    // --checkpoint-dir saves at the end of every epoch, or, with --stop-after-steps, once
+    // after that many steps of the first epoch run here (then the run ends).
+    if (!args.checkpoint_dir.empty() &&
+        (args.checkpoint_every == 0 || steps_this_run % args.checkpoint_every != 0)) {
+      out->status = save();
+      if (!out->status.is_ok()) return;
+    }
+    if (args.stop_after_steps > 0) break;
   }
   if (dump.is_open()) {
     dump.flush();
@@ -161,6 +203,10 @@ int run(const RunArgs& args) {
       return 2;
     }
     opt.pipeline.map(s->type, s->params);
+  }
+  if (args.stop_after_steps > 0 && args.checkpoint_dir.empty()) {
+    print_error("--stop-after-steps needs --checkpoint-dir (where to save before stopping)");
+    return 2;
   }
   if (!args.dump_dir.empty()) {
     std::error_code ec;
@@ -256,6 +302,20 @@ int run(const RunArgs& args) {
   j["total_seconds"] = std::chrono::duration<double>(t_end - t0).count();
   j["cpu_seconds"] = cpu_seconds() - cpu0;
   j["peak_rss_kb"] = peak_rss_kb();
+  if (!args.checkpoint_dir.empty()) {
+    double save_ms = 0;
+    for (const auto& r : results) save_ms = std::max(save_ms, r.max_save_ms);
+    j["checkpoint"] = {{"dir", args.checkpoint_dir},
+                       {"saves", results.empty() ? 0 : results[0].checkpoints},
+                       {"max_save_ms", save_ms}};
+  }
+  if (!results.empty() && results[0].resumed) {
+    const auto& p = *results[0].resumed;
+    j["resumed"] = {{"epoch", p.epoch},
+                    {"step", p.step},
+                    {"generation", p.generation},
+                    {"rescaled", p.rescaled}};
+  }
   if (!args.json)
     std::fprintf(stderr, "loaded %llu samples (%.1f MB) in %.3f s: %.0f samples/s, %.1f MB/s\n",
                  static_cast<unsigned long long>(total.samples), total.bytes / 1e6, seconds,
@@ -299,6 +359,14 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--distributed-strategy", args->distributed_strategy, "contiguous | strided");
   cmd->add_option("--worker-strategy", args->worker_strategy, "contiguous | strided");
   cmd->add_option("--map", args->maps, "a stage: TYPE[:key=value;key=value] (repeatable)");
+  cmd->add_option("--checkpoint-dir", args->checkpoint_dir,
+                  "save checkpoints here (at the end of every epoch, or see below)");
+  cmd->add_option("--stop-after-steps", args->stop_after_steps,
+                  "run N steps of the first epoch, save into --checkpoint-dir, exit 0");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every,
+                  "also save every N steps into --checkpoint-dir");
+  cmd->add_option("--resume", args->resume_dir,
+                  "resume from the checkpoint in DIR (ranks and workers may differ)");
   return [args] { return run(*args); };
 }
 

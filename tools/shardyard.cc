@@ -1,4 +1,5 @@
-// shardyard: load a dataset end to end (run), build and show manifests (manifest).
+// shardyard: load a dataset end to end (run), build and show manifests (manifest), inspect
+// checkpoints (checkpoint inspect).
 #include <cstdio>
 #include <iostream>
 
@@ -18,11 +19,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto run = shardyard::tools::add_run_command(app);
   auto manifest = shardyard::tools::add_manifest_commands(app);
+  auto checkpoint = shardyard::tools::add_checkpoint_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (app.got_subcommand("run")) return run();
+  if (app.got_subcommand("checkpoint")) return checkpoint();
   return manifest();
 }
