@@ -6,6 +6,8 @@
 // offer their bytes to the coordinator, pass its grant to the rank's dispatcher, and
 // answer the loader with the grant. docs/protocol.md has the sequence.
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "actors/roles.h"
 #include "io/checkpoint_store.h"
@@ -26,6 +28,16 @@ struct CheckpointActorState {
   double last_write_ms = 0;
   static inline const char* name = "shardyard.checkpoint";
 };
+
+// Fault injection for tests: SHARDYARD_FAULT_CHECKPOINT_DELAY_MS holds a save between a
+// rank's durable file and the commit, so a test can kill the process inside a save.
+void fault_delay() {
+  static const long ms = [] {
+    const char* v = std::getenv("SHARDYARD_FAULT_CHECKPOINT_DELAY_MS");
+    return v ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
 
 RankCheckpoint rank_checkpoint(const SaveRequest& req, uint32_t rank, uint64_t generation,
                                uint64_t fingerprint) {
@@ -81,6 +93,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
                     rp.deliver(to_error(st));
                     return;
                   }
+                  fault_delay();
                   RankSaved saved{rank,     req.dir,      g.generation,        req.epoch,
                                   req.step, req.steps,    req.layout_step0,    req.epoch_complete,
                                   name,     bytes.size(), file_checksum(bytes)};

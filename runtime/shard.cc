@@ -148,36 +148,40 @@ std::vector<uint64_t> interleave_counts(const std::vector<uint64_t>& sizes, uint
   return sizes;  // positions >= total: everything taken
 }
 
-InterleaveCursor::InterleaveCursor(std::vector<uint64_t> remaining)
-    : remaining_(std::move(remaining)) {
-  for (uint32_t i = 0; i < remaining_.size(); ++i)
-    if (remaining_[i] > 0) active_.push_back(i);
-}
+InterleaveCursor::InterleaveCursor(const std::vector<uint64_t>& sizes)
+    : InterleaveCursor(sizes, {}) {}
 
 InterleaveCursor::InterleaveCursor(const std::vector<uint64_t>& sizes,
-                                   const std::vector<uint64_t>& consumed) {
-  remaining_.resize(sizes.size());
-  uint64_t fewest = UINT64_MAX;
+                                   const std::vector<uint64_t>& consumed)
+    : size_(sizes), next_(sizes.size(), 0) {
   for (uint32_t i = 0; i < sizes.size(); ++i) {
-    const uint64_t c = i < consumed.size() ? std::min(consumed[i], sizes[i]) : 0;
-    remaining_[i] = sizes[i] - c;
-    if (remaining_[i] == 0) continue;
-    if (c < fewest) {
-      fewest = c;
-      at_ = active_.size();
-    }
-    active_.push_back(i);
+    next_[i] = i < consumed.size() ? std::min(consumed[i], sizes[i]) : 0;
+    if (next_[i] < size_[i]) joining_.push_back(i);
   }
+  std::stable_sort(joining_.begin(), joining_.end(),
+                   [&](uint32_t a, uint32_t b) { return next_[a] < next_[b]; });
+  if (!joining_.empty()) enter_level(next_[joining_[0]]);
+}
+
+// Starts round `level`: drops the sequences that ran out, lets in those whose first item
+// left is `level` (keeping list order), and restarts at the front.
+void InterleaveCursor::enter_level(uint64_t level) {
+  level_ = level;
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [&](uint32_t i) { return next_[i] >= size_[i]; }),
+                active_.end());
+  if (active_.empty() && joined_ < joining_.size()) level_ = next_[joining_[joined_]];
+  while (joined_ < joining_.size() && next_[joining_[joined_]] == level_) {
+    const uint32_t i = joining_[joined_++];
+    active_.insert(std::lower_bound(active_.begin(), active_.end(), i), i);
+  }
+  at_ = 0;
 }
 
 uint32_t InterleaveCursor::next() {
-  uint32_t seq = active_[at_];
-  if (--remaining_[seq] == 0) {
-    active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(at_));
-  } else {
-    ++at_;
-  }
-  if (at_ >= active_.size()) at_ = 0;
+  const uint32_t seq = active_[at_++];
+  ++next_[seq];
+  if (at_ >= active_.size()) enter_level(level_ + 1);
   return seq;
 }
 

@@ -141,24 +141,32 @@ struct Topology {
 std::vector<uint64_t> interleave_counts(const std::vector<uint64_t>& sizes, uint64_t positions);
 
 // Walks a round-robin interleave of sequences with the given sizes: next() returns the
-// index of the sequence that owns the next position. Amortised O(1) per position.
+// index of the sequence that owns the next position. Round r takes item r of every
+// sequence that has one, in list order, so the interleave is the list of pairs
+// (item r, sequence i) in lexicographic order. Amortised O(1) per position.
 //
-// Started with `consumed` (items already taken from each sequence, a position's counts as
-// interleave_counts() gives them), it continues the interleave from that position: the
-// sequences served in the current round (one item ahead) are the first active ones in
-// order, so the next is the first active sequence with the fewest consumed, then full
-// rounds follow. With zero consumed this is the interleave from the start.
+// Started with `consumed` (items already taken from each sequence) it walks the pairs not
+// consumed yet in the same lexicographic order. After a prefix of the interleave (counts as
+// interleave_counts() gives them) that is exactly the rest of the interleave; after any
+// other counts (a rescaled resume) the sequences that lag behind catch up first. Either way
+// the walk restricted to a subset of the sequences is the walk of that subset alone, which
+// is what lets a worker produce its part of a rank's order without seeing the rest.
 class InterleaveCursor {
  public:
-  explicit InterleaveCursor(std::vector<uint64_t> remaining);
+  explicit InterleaveCursor(const std::vector<uint64_t>& sizes);
   InterleaveCursor(const std::vector<uint64_t>& sizes, const std::vector<uint64_t>& consumed);
   bool done() const { return active_.empty(); }
   uint32_t next();
 
  private:
-  std::vector<uint64_t> remaining_;
-  std::vector<uint32_t> active_;  // sequences with items left, in order
-  size_t at_ = 0;                 // position in active_ of the next sequence
+  void enter_level(uint64_t level);
+
+  std::vector<uint64_t> size_, next_;  // next_[i]: the item of sequence i to emit next
+  std::vector<uint32_t> joining_;      // sequences not yet active, by (next_, index)
+  size_t joined_ = 0;                  // joining_[0, joined_) are active or done
+  std::vector<uint32_t> active_;       // sequences in the current round, in list order
+  size_t at_ = 0;                      // position in active_ of the next sequence
+  uint64_t level_ = 0;                 // the current round
 };
 
 // First position of `step` in a rank order of `items` items cut into `steps` batches of at
