@@ -1,0 +1,294 @@
+// Checkpoints through the real actors: save at a step, restore in a new cluster, and what
+// the cut holds (stage state as of the trainer's consumption, reads on resume).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "actors/loader.h"
+#include "io/file_system.h"
+#include "testdata.h"
+
+namespace shardyard {
+namespace {
+
+// Counts items this worker processed in the epoch and writes the count into field "seen".
+// Its state is the count; after a rescale it starts from the sum of all saved counts.
+class CountSeen : public Stage {
+ public:
+  Status process(Item& item, StageContext&) override {
+    item.set_field("seen", std::to_string(++count_));
+    return Status::ok();
+  }
+  bool has_state() const override { return true; }
+  std::string save_state() const override { return std::to_string(count_); }
+  Status restore_state(const std::vector<std::string>& saved, bool rescaled) override {
+    if (!rescaled && saved.size() != 1)
+      return invalid_argument("expected one saved state, got " + std::to_string(saved.size()));
+    count_ = 0;
+    for (const auto& s : saved) count_ += std::stoull(s);
+    return Status::ok();
+  }
+
+ private:
+  uint64_t count_ = 0;
+};
+
+// Reads through the local file system, counting the bytes fetched.
+class CountingFileSystem : public io::FileSystem {
+ public:
+  std::atomic<uint64_t> bytes{0};
+  Result<io::FileInfo> stat(const std::string& uri) override {
+    return io::local_file_system().stat(uri);
+  }
+  Result<std::vector<std::string>> list(const std::string& dir) override {
+    return io::local_file_system().list(dir);
+  }
+  Result<std::unique_ptr<io::RandomAccessFile>> open(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto f, io::local_file_system().open(uri));
+    return std::unique_ptr<io::RandomAccessFile>(new File(std::move(f), &bytes));
+  }
+
+ private:
+  class File : public io::RandomAccessFile {
+   public:
+    File(std::unique_ptr<io::RandomAccessFile> f, std::atomic<uint64_t>* bytes)
+        : f_(std::move(f)), bytes_(bytes) {}
+    Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
+      SY_ASSIGN_OR_RETURN(size_t got, f_->read_at(offset, dst, n));
+      *bytes_ += got;
+      return got;
+    }
+    uint64_t size() const override { return f_->size(); }
+    const std::string& uri() const override { return f_->uri(); }
+
+   private:
+    std::unique_ptr<io::RandomAccessFile> f_;
+    std::atomic<uint64_t>* bytes_;
+  };
+};
+
+struct Step {
+  uint64_t step;
+  std::vector<std::string> keys;
+  std::vector<std::string> seen;
+};
+
+class CheckpointClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static bool registered = [] {
+      return StageRegistry::global()
+          .add("count_seen",
+               [](const StageParams&) -> Result<std::unique_ptr<Stage>> {
+                 return std::unique_ptr<Stage>(new CountSeen());
+               })
+          .is_ok();
+    }();
+    ASSERT_TRUE(registered);
+    pattern_ = testing::make_dataset(tmp_.path() + "/d", 5, 30, 200, 7);
+    ASSERT_FALSE(pattern_.empty());
+    opt_.sources = {pattern_};
+    opt_.workers = 2;
+    opt_.batch_size = 5;
+    opt_.plan.shuffle = true;
+    opt_.plan.seed = 21;
+    opt_.plan.chunk_items = 4;
+    opt_.prefetch_batches = 3;  // workers and collators run well ahead of the trainer
+    opt_.cache_dir = tmp_.path() + "/cache";
+    ckpt_ = tmp_.path() + "/ckpt";
+  }
+
+  // Runs up to `steps` batches (all when 0) of `epoch`; saves afterwards when asked.
+  static std::vector<Step> take(Loader& l, size_t steps, Status* error = nullptr) {
+    std::vector<Step> out;
+    while (steps == 0 || out.size() < steps) {
+      auto b = l.next();
+      if (!b.is_ok()) {
+        if (error) *error = b.status();
+        break;
+      }
+      if (!b->has_value()) break;
+      const Batch& batch = **b;
+      Step s{batch.step(), batch.keys(), {}};
+      const Column* seen = batch.field("seen");
+      for (size_t i = 0; seen && i < batch.size(); ++i) s.seen.emplace_back(seen->value(i));
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  testing::TempDir tmp_;
+  std::string pattern_, ckpt_;
+  LoaderOptions opt_;
+};
+
+TEST_F(CheckpointClusterTest, StatefulStageResumesFromWhatTheTrainerConsumed) {
+  opt_.pipeline.map("count_seen");
+  std::vector<Step> full;
+  {
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+    full = take(**l, 0);
+  }
+  const size_t cut = 7;
+  std::vector<Step> before, after;
+  {
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok());
+    ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+    before = take(**l, cut);
+    // Let the workers and collators run ahead before the cut is taken.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    Status st = (*l)->save(ckpt_);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+  }
+  {
+    opt_.workers = 2;
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok());
+    auto point = (*l)->restore(ckpt_);
+    ASSERT_TRUE(point.is_ok()) << point.status().to_string();
+    EXPECT_EQ(point->epoch, 0u);
+    EXPECT_EQ(point->step, cut);
+    EXPECT_FALSE(point->rescaled);
+    ASSERT_TRUE((*l)->start_epoch(point->epoch).is_ok());
+    after = take(**l, 0);
+  }
+  ASSERT_EQ(before.size() + after.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    const Step& got = i < cut ? before[i] : after[i - cut];
+    EXPECT_EQ(got.step, full[i].step);
+    EXPECT_EQ(got.keys, full[i].keys) << "step " << i;
+    EXPECT_EQ(got.seen, full[i].seen) << "step " << i << ": stage state resumed wrongly";
+  }
+}
+
+TEST_F(CheckpointClusterTest, RescaledStageMergesEveryWorkersState) {
+  opt_.pipeline.map("count_seen");
+  const size_t cut = 4;
+  {
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok());
+    ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+    take(**l, cut);
+    ASSERT_TRUE((*l)->save(ckpt_).is_ok());
+  }
+  opt_.workers = 3;
+  auto l = Loader::open(opt_);
+  ASSERT_TRUE(l.is_ok());
+  auto point = (*l)->restore(ckpt_);
+  ASSERT_TRUE(point.is_ok()) << point.status().to_string();
+  EXPECT_TRUE(point->rescaled);
+  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+  auto rest = take(**l, 0);
+  ASSERT_FALSE(rest.empty());
+  // Every new worker starts counting from the items consumed before the cut.
+  uint64_t lowest = UINT64_MAX;
+  for (const auto& s : rest)
+    for (const auto& v : s.seen) lowest = std::min<uint64_t>(lowest, std::stoull(v));
+  EXPECT_EQ(lowest, cut * opt_.batch_size + 1);
+}
+
+TEST_F(CheckpointClusterTest, ResumeReadsOnlyTheShuffleBlockInProgress) {
+  CountingFileSystem fs;
+  opt_.file_system = &fs;
+  opt_.plan.logical_shards = 10;
+  uint64_t full_bytes = 0;
+  {
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok());
+    uint64_t b0 = fs.bytes;
+    ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+    take(**l, 0);
+    full_bytes = fs.bytes - b0;
+  }
+  const size_t steps = (150 + opt_.batch_size - 1) / opt_.batch_size, cut = steps * 2 / 3;
+  {
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok());
+    ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+    take(**l, cut);
+    ASSERT_TRUE((*l)->save(ckpt_).is_ok());
+  }
+  auto l = Loader::open(opt_);
+  ASSERT_TRUE(l.is_ok());
+  ASSERT_TRUE((*l)->restore(ckpt_).is_ok());
+  uint64_t b0 = fs.bytes;
+  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+  auto rest = take(**l, 0);
+  const uint64_t resumed_bytes = fs.bytes - b0;
+  // What is left is a third of the epoch, plus at most one block (4 items of ~200 B plus
+  // tar headers) per logical shard read again.
+  const double per_item = static_cast<double>(full_bytes) / 150;
+  const double bound = per_item * (150 - cut * opt_.batch_size) + 10 * 4 * per_item;
+  EXPECT_LE(resumed_bytes, bound) << "full epoch read " << full_bytes << " bytes";
+  EXPECT_GE(resumed_bytes, per_item * (150 - cut * opt_.batch_size) * 0.9);
+  EXPECT_EQ(rest.size(), steps - cut);
+}
+
+TEST_F(CheckpointClusterTest, RanksSavingDifferentStepsFailWithoutACheckpoint) {
+  opt_.world_size = 2;
+  opt_.checkpoint_timeout_ms = 1500;
+  auto cluster = Cluster::start(opt_, {0, 1});
+  ASSERT_TRUE(cluster.is_ok());
+  std::vector<Status> saved(2);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto l = (*cluster)->loader(r);
+      if (!l.is_ok() || !(*l)->start_epoch(0).is_ok()) return;
+      take(**l, 2 + r);
+      saved[r] = (*l)->save(ckpt_);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(saved[0].is_ok());
+  EXPECT_FALSE(saved[1].is_ok());
+  EXPECT_FALSE(std::filesystem::exists(ckpt_ + "/CHECKPOINT"));
+}
+
+TEST_F(CheckpointClusterTest, SaveNeedsEveryRankInTheCluster) {
+  opt_.world_size = 2;
+  opt_.rank = 1;
+  auto l = Loader::open(opt_);
+  ASSERT_TRUE(l.is_ok());
+  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+  take(**l, 1);
+  Status st = (*l)->save(ckpt_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("every rank"), std::string::npos) << st.to_string();
+}
+
+TEST_F(CheckpointClusterTest, SaveAndRestoreAtTheWrongTimeAreRefused) {
+  auto l = Loader::open(opt_);
+  ASSERT_TRUE(l.is_ok());
+  EXPECT_EQ((*l)->save(ckpt_).code(), StatusCode::kInvalidArgument);
+  auto missing = (*l)->restore(tmp_.path() + "/nothing");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+  EXPECT_EQ((*l)->restore(ckpt_).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckpointClusterTest, SnapshotShowsTheCheckpointActor) {
+  auto l = Loader::open(opt_);
+  ASSERT_TRUE(l.is_ok());
+  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+  take(**l, 2);
+  ASSERT_TRUE((*l)->save(ckpt_).is_ok());
+  bool found = false;
+  for (const auto& s : (*l)->cluster().snapshot())
+    if (s.role == "checkpoint") {
+      found = true;
+      EXPECT_EQ(s.state, "idle");
+      EXPECT_EQ(s.steps, 1u);  // saves
+      EXPECT_GT(s.bytes, 0u);
+    }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace shardyard
