@@ -268,6 +268,19 @@ def case_trainer(tmp):
                        capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"trainer failed ({p.returncode}): {p.stderr}")
     check("ok: 2 epochs" in p.stdout, f"trainer output: {p.stdout!r}")
+    # Save every 4 steps (150 samples, 10 steps of 16: the last save is after step 8), then
+    # resume with another worker count and finish a second epoch: 22 + 150 samples.
+    src = f"{tmp}/d/shard-{{000000..000005}}.tar"
+    p = subprocess.run([ARGS.trainer, "--source", src, "--workers", "3", "--batch-size", "16",
+                        "--checkpoint-dir", f"{tmp}/ck", "--save-every", "4"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0 and "2 checkpoints" in p.stdout,
+          f"trainer with checkpoints: {p.stdout!r} {p.stderr}")
+    p = subprocess.run([ARGS.trainer, "--source", src, "--workers", "2", "--batch-size", "16",
+                        "--epochs", "2", "--resume", f"{tmp}/ck"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0 and "ok: 2 epochs, 172 samples" in p.stdout,
+          f"resumed trainer: {p.stdout!r} {p.stderr}")
 
 
 def case_manifest_cli(tmp):

@@ -289,7 +289,7 @@ std::vector<uint64_t> cut_steps(uint64_t first, uint64_t steps, Rng& rng) {
   return out;
 }
 
-constexpr int kJobs = 600;
+constexpr int kJobs = 1500;
 
 TEST(InterleaveCursorResume, ContinuesTheInterleaveFromEveryPosition) {
   Rng rng(20240611);
