@@ -19,15 +19,21 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-// The generation in a rank file's name ("rank-00003.g000007.ckpt"), or 0.
+// The generation in a rank file's name ("rank-00003.g000007.ckpt": digits only), or 0.
 uint64_t generation_of(const std::string& name) {
-  unsigned rank = 0;
-  unsigned long long gen = 0;
-  char tail[8] = {0};
-  if (std::sscanf(name.c_str(), "rank-%u.g%llu.%5s", &rank, &gen, tail) == 3 &&
-      std::string(tail) == "ckpt")
-    return gen;
-  return 0;
+  auto digits = [&](size_t from, size_t to) {
+    if (from >= to || to - from > 18) return false;
+    for (size_t i = from; i < to; ++i)
+      if (name[i] < '0' || name[i] > '9') return false;
+    return true;
+  };
+  const std::string ext = ".ckpt";
+  if (name.rfind("rank-", 0) != 0 || name.size() <= ext.size() ||
+      name.compare(name.size() - ext.size(), ext.size(), ext) != 0)
+    return 0;
+  const size_t g = name.find(".g", 5), end = name.size() - ext.size();
+  if (g == std::string::npos || !digits(5, g) || !digits(g + 2, end)) return 0;
+  return std::stoull(name.substr(g + 2, end - g - 2));
 }
 
 }  // namespace
@@ -87,7 +93,8 @@ Status commit_checkpoint(const std::string& dir, const CheckpointManifest& manif
     const bool stale_tmp =
         name.find(".tmp.") != std::string::npos &&
         (name.rfind("rank-", 0) == 0 || name.rfind(kCheckpointManifestName, 0) == 0);
-    if (stale_rank || stale_tmp) std::filesystem::remove(it->path(), ec);
+    std::error_code ignored;  // a file that cannot be removed now goes with the next commit
+    if (stale_rank || stale_tmp) std::filesystem::remove(it->path(), ignored);
   }
   return Status::ok();
 }

@@ -3,8 +3,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -62,7 +64,7 @@ struct RankResult {
   uint64_t samples = 0, bytes = 0, batches = 0;
   uint64_t steps_per_epoch = 0;
   uint64_t checkpoints = 0;
-  double max_save_ms = 0;
+  std::vector<double> save_ms;
   uint64_t generation = 0;
   std::optional<ResumePoint> resumed;
   Status status;
@@ -81,9 +83,35 @@ double cpu_seconds() {
          ru.ru_stime.tv_usec / 1e6;
 }
 
+// The ranks of `shardyard run` meet here before each save, as data-parallel trainers do at
+// every step (their gradient all-reduce), so a save's time is its own and not the wait for
+// a rank that runs behind. A stopped run releases everyone.
+class RankBarrier {
+ public:
+  explicit RankBarrier(uint32_t ranks) : ranks_(ranks) {}
+  void arrive_and_wait(const std::atomic<bool>& stop) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = generation_;
+    if (++waiting_ == ranks_) {
+      waiting_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    while (gen == generation_ && !stop) cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const uint32_t ranks_;
+  uint32_t waiting_ = 0;     // guarded by mu_
+  uint64_t generation_ = 0;  // guarded by mu_
+};
+
 // Runs one rank's trainer loop; writes its --dump-keys file.
 void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<uint64_t>& progress,
-              std::atomic<bool>& stop, RankResult* out) {
+              std::atomic<bool>& stop, RankBarrier& barrier, RankResult* out) {
   auto loader = cluster.loader(rank);
   if (!loader.is_ok()) {
     out->status = loader.status();
@@ -100,11 +128,12 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
   }
   Loader& l = **loader;
   auto save = [&]() -> Status {
+    barrier.arrive_and_wait(stop);
     auto t = std::chrono::steady_clock::now();
     Status st = l.save(args.checkpoint_dir);
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-    out->max_save_ms = std::max(out->max_save_ms, ms);
+    out->save_ms.push_back(ms);
     ++out->checkpoints;
     return st;
   };
@@ -252,10 +281,11 @@ int run(const RunArgs& args) {
   }
 
   std::vector<RankResult> results(args.ranks);
+  RankBarrier barrier(args.ranks);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < args.ranks; ++r)
     threads.emplace_back([&, r] {
-      run_rank(**cluster, r, args, progress, stop, &results[r]);
+      run_rank(**cluster, r, args, progress, stop, barrier, &results[r]);
       if (!results[r].status.is_ok()) stop = true;
     });
   for (auto& t : threads) t.join();
@@ -303,11 +333,13 @@ int run(const RunArgs& args) {
   j["cpu_seconds"] = cpu_seconds() - cpu0;
   j["peak_rss_kb"] = peak_rss_kb();
   if (!args.checkpoint_dir.empty()) {
-    double save_ms = 0;
-    for (const auto& r : results) save_ms = std::max(save_ms, r.max_save_ms);
+    std::vector<double> all;
+    for (const auto& r : results) all.insert(all.end(), r.save_ms.begin(), r.save_ms.end());
+    std::sort(all.begin(), all.end());
     j["checkpoint"] = {{"dir", args.checkpoint_dir},
                        {"saves", results.empty() ? 0 : results[0].checkpoints},
-                       {"max_save_ms", save_ms}};
+                       {"median_save_ms", all.empty() ? 0.0 : all[all.size() / 2]},
+                       {"max_save_ms", all.empty() ? 0.0 : all.back()}};
   }
   if (!results.empty() && results[0].resumed) {
     const auto& p = *results[0].resumed;

@@ -99,7 +99,9 @@ CheckpointManifest save(const std::string& dir, uint64_t generation, uint64_t st
     EXPECT_TRUE(write_checkpoint_file(dir, name, bytes).is_ok());
     m.ranks.push_back({r.rank, name, bytes.size(), file_checksum(bytes)});
   }
-  if (commit) EXPECT_TRUE(commit_checkpoint(dir, m).is_ok());
+  if (commit) {
+    EXPECT_TRUE(commit_checkpoint(dir, m).is_ok());
+  }
   return m;
 }
 
@@ -184,9 +186,8 @@ TEST_F(CheckpointStoreTest, CommitRemovesOtherGenerationsAndStaleTemporaries) {
     named.ranks.push_back({r, name, bytes.size(), file_checksum(bytes)});
   }
   ASSERT_TRUE(commit_checkpoint(dir_, named).is_ok());
-  EXPECT_EQ(list(dir_),
-            (std::set<std::string>{kCheckpointManifestName, "rank-00000.g000002.ckpt",
-                                   "rank-00001.g000002.ckpt", "README.txt"}));
+  EXPECT_EQ(list(dir_), (std::set<std::string>{kCheckpointManifestName, "rank-00000.g000002.ckpt",
+                                               "rank-00001.g000002.ckpt", "README.txt"}));
   expect_cut(load_checkpoint(dir_), 2, 4);
 }
 

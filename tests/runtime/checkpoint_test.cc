@@ -146,8 +146,8 @@ void expect_refused(const Format& f, std::string_view bytes, const std::string& 
   const Status s = f.decode(bytes);
   ASSERT_FALSE(s.is_ok()) << f.what << " " << what << ": decoded a damaged file";
   EXPECT_EQ(s.code(), StatusCode::kCorrupt) << f.what << " " << what << ": " << s.to_string();
-  EXPECT_NE(s.message().find(f.name), std::string::npos) << f.what << " " << what << ": "
-                                                         << s.message();
+  EXPECT_NE(s.message().find(f.name), std::string::npos)
+      << f.what << " " << what << ": " << s.message();
 }
 
 // ---- formats -----------------------------------------------------------------------------
@@ -232,8 +232,8 @@ TEST(CheckpointFormat, RejectsAForeignFileAsNotAShardyardFile) {
   const auto fs = formats();
   for (const auto& f : fs) {
     for (const std::string& bytes :
-         {std::string("just some text, long enough to hold an envelope header"),
-          std::string(), std::string("SYCK")}) {
+         {std::string("just some text, long enough to hold an envelope header"), std::string(),
+          std::string("SYCK")}) {
       expect_refused(f, bytes, "foreign bytes");
       if (bytes.size() >= 8) expect_message(f.decode(bytes), "not a shardyard");
     }
@@ -256,7 +256,8 @@ TEST(CheckpointFormat, RejectsImplausibleCountsWithAValidChecksum) {
   ByteWriter shards = w;
   shards.u32(0xffffffffu);
   const char rank_magic[8] = {'S', 'Y', 'C', 'K', 'R', 'N', 'K', '\0'};
-  auto r = decode_rank_checkpoint(seal(rank_magic, kCheckpointFormatVersion, shards.out), kRankName);
+  auto r =
+      decode_rank_checkpoint(seal(rank_magic, kCheckpointFormatVersion, shards.out), kRankName);
   expect_corrupt(r, kRankName, "shard count");
   ByteWriter workers = w;
   workers.u32(0);
@@ -573,7 +574,8 @@ TEST(DecodeCheckpoint, CursorResumesTheEpochItWasCutFrom) {
     for (size_t k = 0; k < rp.shards.size(); ++k)
       rc.shards.push_back({rp.shards[k], rp.take[k], counts[k]});
     files.push_back(encode_rank_checkpoint(rc));
-    cm.ranks.push_back({r, "r" + std::to_string(r), files.back().size(), file_checksum(files.back())});
+    cm.ranks.push_back(
+        {r, "r" + std::to_string(r), files.back().size(), file_checksum(files.back())});
   }
   auto ck = decode_checkpoint(encode_checkpoint_manifest(cm), files, kDir);
   ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();

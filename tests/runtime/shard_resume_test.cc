@@ -80,8 +80,8 @@ Job make_job(uint64_t n, uint32_t l, Rng& rng) {
   job.spec.shuffle = rng.coin();
   job.spec.drop_last = rng.coin();
   job.epoch = rng.in32(0, 3);
-  job.chunk_items = job.spec.chunk_items ? job.spec.chunk_items
-                                         : default_chunk_items(job.manifest, l);
+  job.chunk_items =
+      job.spec.chunk_items ? job.spec.chunk_items : default_chunk_items(job.manifest, l);
   const uint64_t key = epoch_key(job.spec.seed, job.epoch);
   for (uint32_t j = 0; j < l; ++j) {
     ShardSequence seq(job.shards, j, job.chunk_items, job.spec.shuffle,
@@ -303,8 +303,8 @@ TEST(InterleaveCursorResume, ContinuesTheInterleaveFromEveryPosition) {
       InterleaveCursor c(sizes, interleave_counts(sizes, p));
       std::vector<uint32_t> tail;
       while (!c.done() && tail.size() <= full.size()) tail.push_back(c.next());
-      ASSERT_EQ(tail, std::vector<uint32_t>(full.begin() + static_cast<std::ptrdiff_t>(p),
-                                            full.end()))
+      ASSERT_EQ(tail,
+                std::vector<uint32_t>(full.begin() + static_cast<std::ptrdiff_t>(p), full.end()))
           << "trial " << trial << " position " << p;
       ++checked;
     }
@@ -422,33 +422,35 @@ TEST(ResumeProperty, ResumesAtOtherWorldSizeWithTheSameGlobalBatches) {
   Rng rng(5);
   size_t checked = 0;
   for (int i = 0; i < kJobs; ++i) {
-    const uint32_t l = 12 * rng.in32(1, 3);  // divisible by 1, 2, 3, 4, 6
+    const uint32_t l = rng.in32(1, 40);
+    std::vector<uint32_t> divisors;  // ranks that divide L
+    for (uint32_t r = 1; r <= std::min<uint32_t>(l, 6); ++r)
+      if (l % r == 0) divisors.push_back(r);
     Job job = make_job(l * rng.in(1, 400 / l), l, rng);
-    const std::vector<uint32_t> divisors = {1, 2, 3, 4, 6};
     const uint32_t r = divisors[rng.in(0, divisors.size() - 1)];
-    const Shape shape{r, rng.in32(1, 4), r == 1 ? 12 * rng.in32(1, 2) : 12 / r * rng.in32(1, 2)};
+    const uint32_t r2 = divisors[rng.in(0, divisors.size() - 1)];
+    // A global batch both world sizes divide, with per-rank batches of at most 20.
+    const uint32_t step = std::lcm(r, r2), most = 20 * std::min(r, r2);
+    if (step > most) continue;
+    const uint32_t global = step * rng.in32(1, most / step);
     Fresh f;
-    make_fresh(std::move(job), shape, &f);
+    make_fresh(std::move(job), Shape{r, rng.in32(1, 4), global / r}, &f);
     if (HasFatalFailure()) return;
-    const uint64_t global = uint64_t{shape.ranks} * shape.batch_size;
     for (uint64_t s : cut_steps(0, f.plan.steps, rng)) {
-      for (uint32_t r2 : divisors) {
-        if (global % r2 != 0) continue;
-        const Shape next{r2, rng.in32(1, 4), static_cast<uint32_t>(global / r2)};
-        const std::string ctx = f.str() + " cut at " + std::to_string(s) + " of " +
-                                std::to_string(f.plan.steps) + ", resumed at " + next.str();
-        EpochPlan resumed;
-        Delivery d;
-        resume(f.job, f.plan, s, next, ctx, &resumed, &d);
-        if (HasFatalFailure()) return;
-        ASSERT_EQ(d.steps, f.delivery.steps) << ctx;
-        for (uint64_t step = s; step < d.steps; ++step)
-          ASSERT_EQ(d.global_batch(step), f.delivery.global_batch(step)) << ctx << " step " << step;
-        ++checked;
-      }
+      const Shape next{r2, rng.in32(1, 4), global / r2};
+      const std::string ctx = f.str() + " cut at " + std::to_string(s) + " of " +
+                              std::to_string(f.plan.steps) + ", resumed at " + next.str();
+      EpochPlan resumed;
+      Delivery d;
+      resume(f.job, f.plan, s, next, ctx, &resumed, &d);
+      if (HasFatalFailure()) return;
+      ASSERT_EQ(d.steps, f.delivery.steps) << ctx;
+      for (uint64_t t = s; t < d.steps; ++t)
+        ASSERT_EQ(d.global_batch(t), f.delivery.global_batch(t)) << ctx << " step " << t;
+      if (r != r2) ++checked;
     }
   }
-  EXPECT_GT(checked, 2000u);
+  EXPECT_GT(checked, 1000u);
 }
 
 TEST(ResumeProperty, ResumesTwiceWithoutRepeatsOrLosses) {
@@ -471,8 +473,8 @@ TEST(ResumeProperty, ResumesTwiceWithoutRepeatsOrLosses) {
       EXPECT_TRUE(cut(f.job, p1, p1.steps).complete()) << ctx1;
       for (uint64_t s2 : cut_steps(s, p1.steps, rng)) {
         for (int t = 0; t < 2; ++t) {
-          const Shape last = t == 0 ? Shape{mid.ranks, rng.in32(1, 4), mid.batch_size}
-                                    : random_shape(f.job, rng);
+          const Shape last =
+              t == 0 ? Shape{mid.ranks, rng.in32(1, 4), mid.batch_size} : random_shape(f.job, rng);
           const std::string ctx = ctx1 + ", cut again at " + std::to_string(s2) + " of " +
                                   std::to_string(p1.steps) + ", resumed at " + last.str();
           EpochPlan p2;
