@@ -43,6 +43,16 @@ int64_t unix_ms() {
       .count();
 }
 
+// The coordinator's committer: writes CHECKPOINT on its own thread and reports back. (The
+// arguments come through spawn, not a capture: CAF 0.17 dereferences a null argument tuple
+// for argument-less function actors.)
+void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, std::string dir,
+               CheckpointManifest manifest) {
+  Status st = io::commit_checkpoint(dir, manifest);
+  self->send(coordinator, CommitOutcome{manifest.generation, st.is_ok(),
+                                        st.is_ok() ? std::string() : st.to_string()});
+}
+
 coordinator_actor::behavior_type coordinator_fn(
     coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job) {
   self->state.core = std::make_unique<CoordinatorState>(std::move(job));
@@ -83,13 +93,7 @@ coordinator_actor::behavior_type coordinator_fn(
         self->state.waiting.emplace_back(saved.generation, rp);
         if (m->has_value()) {
           // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
-          coordinator_actor me = self;
-          self->spawn<caf::detached>(
-              [me, dir = saved.dir, manifest = std::move(**m)](caf::blocking_actor* writer) {
-                Status st = io::commit_checkpoint(dir, manifest);
-                writer->send(me, CommitOutcome{manifest.generation, st.is_ok(),
-                                               st.is_ok() ? std::string() : st.to_string()});
-              });
+          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, saved.dir, std::move(**m));
         }
         return rp;
       },

@@ -6,9 +6,10 @@ of the dataset and the number of samples buffered ahead of the trainer.
 
 For each dataset (N and 4N samples) and each buffering setting (the default prefetch, and
 32 batches + 64 packets per worker ahead), it runs `shardyard run --checkpoint-every K` over
-one epoch with R ranks, and reports the slowest save of any rank (`max_save_ms`: the whole
-Loader::save() call, which includes waiting for the other ranks at the barrier, the rank
-file's fsync and the commit of CHECKPOINT) and the bytes on disk. Then it times a resume.
+one epoch with R ranks, and reports the median and slowest save of any rank (the whole
+Loader::save() call after the ranks met: the barrier in the coordinator, the rank file's
+write and fsync, and the commit of CHECKPOINT) and the bytes on disk. Then it times a
+resume.
 """
 import argparse
 import json
@@ -74,6 +75,7 @@ def main():
                         "dataset": name, "samples": s["samples"], "buffering": label,
                         "logical_shards": s["logical_shards"], "ranks": args.ranks,
                         "saves": s["checkpoint"]["saves"],
+                        "median_save_ms": round(s["checkpoint"]["median_save_ms"], 2),
                         "max_save_ms": round(s["checkpoint"]["max_save_ms"], 2),
                         "rank_file_bytes": max(v for k, v in sizes.items() if k != "CHECKPOINT"),
                         "manifest_bytes": sizes["CHECKPOINT"],
@@ -83,13 +85,13 @@ def main():
                     print(json.dumps(rows[-1]), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("\n| dataset | samples | buffering | L | saves | slowest save (ms) | rank file (B) "
-          "| CHECKPOINT (B) |")
+    print("\n| dataset | samples | buffering | L | saves x ranks | save median / max (ms) "
+          "| rank file (B) | CHECKPOINT (B) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['dataset']} | {r['samples']} | {r['buffering']} | {r['logical_shards']} "
-              f"| {r['saves']} | {r['max_save_ms']} | {r['rank_file_bytes']} "
-              f"| {r['manifest_bytes']} |")
+              f"| {r['saves']} x {r['ranks']} | {r['median_save_ms']} / {r['max_save_ms']} "
+              f"| {r['rank_file_bytes']} | {r['manifest_bytes']} |")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "checkpoint_bench.json"), "w") as f:
