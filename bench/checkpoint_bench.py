@@ -58,7 +58,7 @@ def main():
             for label, buffering in [("default prefetch", []),
                                      ("32 batches + 64 packets ahead",
                                       ["--prefetch-batches", 32, "--prefetch-packets", 64])]:
-                for lflag in ([], ["--logical-shards", 64]):
+                for lflag in ([], ["--logical-shards", 256]):
                     ck = os.path.join(tmp, "ck")
                     shutil.rmtree(ck, ignore_errors=True)
                     s = run(args.shardyard, src, "--ranks", args.ranks, "--workers",
