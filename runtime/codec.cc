@@ -23,6 +23,12 @@ uint64_t ByteReader::uint(int bytes) {
   return v;
 }
 
+bool ByteReader::flag() {
+  const uint64_t v = uint(1);
+  if (v > 1) failed_ = true;
+  return v == 1;
+}
+
 std::string ByteReader::str() {
   uint64_t n = uint(4);
   if (failed_ || left() < n) {

@@ -40,6 +40,7 @@ class ByteReader {
   uint8_t u8() { return static_cast<uint8_t>(uint(1)); }
   uint32_t u32() { return static_cast<uint32_t>(uint(4)); }
   uint64_t u64() { return uint(8); }
+  bool flag();  // a u8 that must be 0 or 1 (anything else is damage)
   std::string str();
   // Bytes not read yet; a count larger than left() / (smallest encoding) is damage.
   size_t left() const { return body_.size() - pos_; }
