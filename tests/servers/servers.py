@@ -8,7 +8,7 @@ Standard library only. Used two ways:
     puts a folder's files into the bucket; `with FaultProxy(upstream_port) as p:` relays
     to nginx and injects faults;
   * as a wrapper around a test binary (registered with ctest):
-      servers.py --root DIR -- COMMAND...
+      servers.py --root DIR -- COMMAND...      (or --fixtures: see make_fixtures)
     starts all three, exports SY_TEST_HTTP_URL, SY_TEST_PROXY_URL, SY_TEST_S3_ENDPOINT and
     SY_TEST_S3_BUCKET (files of DIR are served by nginx and uploaded to the bucket under
     the same names), runs COMMAND, stops the servers and exits with COMMAND's status.
@@ -100,8 +100,11 @@ class Nginx(_Process):
         for t in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             os.makedirs(f"{d}/tmp/{t}", exist_ok=True)
         with open(f"{d}/nginx.conf", "w") as f:
+            # As root, nginx's workers would drop to "nobody", who cannot read a private
+            # temporary folder: keep them as the user who runs the tests.
+            user = "user root root;\n" if os.geteuid() == 0 else ""
             f.write(f"""daemon off;
-worker_processes 1;
+{user}worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 4096; }}
@@ -148,7 +151,10 @@ class S3rver(_Process):
         self.proc = subprocess.Popen(
             [S3RVER, "-d", self.dir, "-a", "127.0.0.1", "-p", str(self.port), "--silent",
              "--no-vhost-buckets", "--configure-bucket", self.bucket],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # s3rver 3.7 makes continuation tokens with a cipher that OpenSSL 3 (node 17+)
+            # only has in its legacy provider: without it the second listing page is a 500.
+            env=dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider"))
         wait_port(self.port, self.proc, "s3rver")
         return self
 
@@ -295,9 +301,29 @@ class FaultProxy:
             return list(self.server.log)
 
 
+def blob_byte(i):
+    """Byte i of fixture remote/blob.bin (tests/io/remote_file_system_test.cc knows it)."""
+    return (i * 7 + (i >> 12)) & 0xFF
+
+
+def make_fixtures(root):
+    """remote/blob.bin (3 MiB + 123 bytes) and many/obj-NNNN.tar (1001 tiny objects: more
+    than one S3 listing page)."""
+    os.makedirs(f"{root}/remote", exist_ok=True)
+    n = 3 * 1024 * 1024 + 123
+    with open(f"{root}/remote/blob.bin", "wb") as f:
+        f.write(bytes(blob_byte(i) for i in range(n)))
+    os.makedirs(f"{root}/many", exist_ok=True)
+    for i in range(1001):
+        with open(f"{root}/many/obj-{i:04d}.tar", "wb") as f:
+            f.write(b"x" * (i % 7))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", required=True, help="folder served by nginx and uploaded to S3")
+    ap.add_argument("--root", help="folder served by nginx and uploaded to S3")
+    ap.add_argument("--fixtures", action="store_true",
+                    help="serve a fresh folder of the fixtures of remote_file_system_test")
     ap.add_argument("--bucket", default="sy-test")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -307,11 +333,24 @@ def main():
         print("SKIPPED: remote-source tests need " + ", ".join(missing) +
               "; scripts/test.sh installs them", file=sys.stderr)
         return SKIP
-    with Nginx(args.root) as ng, S3rver(args.bucket) as s3, FaultProxy(ng.port) as px:
-        s3.upload(args.root)
+    if args.fixtures:
+        tmp = tempfile.mkdtemp(prefix="sy-remote-fixtures-")
+        try:
+            make_fixtures(tmp)
+            return serve_and_run(tmp, args.bucket, cmd)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if not args.root:
+        ap.error("give --root DIR or --fixtures")
+    return serve_and_run(args.root, args.bucket, cmd)
+
+
+def serve_and_run(root, bucket, cmd):
+    with Nginx(root) as ng, S3rver(bucket) as s3, FaultProxy(ng.port) as px:
+        s3.upload(root)
         env = dict(os.environ, SY_TEST_HTTP_URL=ng.url, SY_TEST_PROXY_URL=px.url,
                    SY_TEST_S3_ENDPOINT=s3.endpoint, SY_TEST_S3_BUCKET=s3.bucket,
-                   SY_TEST_ROOT=os.path.abspath(args.root))
+                   SY_TEST_ROOT=os.path.abspath(root))
         return subprocess.run(cmd, env=env).returncode
 
 
