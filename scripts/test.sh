@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, build, run every test (unit, actors, end to end, example),
+# The whole test suite: set up, build, run every test (unit, actors, end to end, example,
+# remote sources against nginx, s3rver and a fault proxy that the tests start themselves),
 # then rebuild with AddressSanitizer + UndefinedBehaviorSanitizer and run the tests again,
 # then build the tar fuzzer with clang and fuzz the reader for a bounded time.
 # Usage: scripts/test.sh            (SY_SKIP_SANITIZE=1 / SY_SKIP_FUZZ=1 to leave parts out)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sy_install_packages
+sy_install_test_servers
 export SHARDYARD_CACHE_DIR="$(mktemp -d /tmp/shardyard-test-cache.XXXXXX)"
 trap 'rm -rf "$SHARDYARD_CACHE_DIR"' EXIT
 
