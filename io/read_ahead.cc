@@ -1,11 +1,13 @@
 #include "io/read_ahead.h"
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <future>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -68,6 +70,42 @@ TaskPool& pool() {
   return p;
 }
 
+// Buffers of blocks, reused: a fresh multi-MiB allocation is a fresh mapping that is
+// page-faulted in on every fill (TOOLCHAIN.md: memory copies on this CPU).
+class BufferRecycler {
+ public:
+  std::unique_ptr<uint8_t[]> get(size_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(n);
+      if (it != free_.end() && !it->second.empty()) {
+        auto b = std::move(it->second.back());
+        it->second.pop_back();
+        held_ -= n;
+        return b;
+      }
+    }
+    return std::unique_ptr<uint8_t[]>(new uint8_t[n]);
+  }
+  void put(std::unique_ptr<uint8_t[]> b, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n < (1u << 20) || held_ + n > kMaxHeld) return;  // small or too many: free it
+    held_ += n;
+    free_[n].push_back(std::move(b));
+  }
+
+ private:
+  static constexpr size_t kMaxHeld = 128u << 20;
+  std::mutex mu_;
+  std::map<size_t, std::vector<std::unique_ptr<uint8_t[]>>> free_;  // guarded by mu_
+  size_t held_ = 0;                                                 // guarded by mu_
+};
+
+BufferRecycler& recycler() {
+  static BufferRecycler r;
+  return r;
+}
+
 // One cached range of the file. Written by one fetch, then read-only once `ready` is set.
 struct Block {
   uint64_t begin = 0;
@@ -78,7 +116,9 @@ struct Block {
   std::promise<void> done;
   std::shared_future<void> ready;
 
-  Block(uint64_t b, size_t n) : begin(b), size(n), data(new uint8_t[n]), ready(done.get_future()) {}
+  Block(uint64_t b, size_t n)
+      : begin(b), size(n), data(recycler().get(n)), ready(done.get_future()) {}
+  ~Block() { recycler().put(std::move(data), size); }
   uint64_t end() const { return begin + size; }
   void fill(RandomAccessFile& file) {
     auto r = file.read_at(begin, data.get(), size);
@@ -105,16 +145,23 @@ class ReadAheadFile : public RandomAccessFile {
     if (offset >= size || n == 0) return size_t{0};
     n = static_cast<size_t>(std::min<uint64_t>(n, size - offset));
     const uint64_t end = offset + n;
-    bool sequential;
+    bool sequential, hinted;
     size_t window;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      sequential = offset == next_ || offset == hint_;
+      auto it = std::find(ends_.begin(), ends_.end(), offset);
+      sequential = it != ends_.end();
+      if (sequential) {
+        *it = end;  // this stream goes on
+      } else {
+        ends_[next_end_++ % ends_.size()] = end;
+      }
       window_ = sequential ? std::min(o_.block_bytes, std::max(window_ * 2, o_.initial_block_bytes))
                            : o_.initial_block_bytes / 2;
       window = window_;
-      next_ = end;
-      if (offset == hint_) hint_ = kNone;
+      hinted = hinted_;
+      // A hinted reader's misses fetch what they need, not a guess of a whole block.
+      if (hinted) window = std::min(window, std::max(n, o_.initial_block_bytes));
     }
     auto* out = static_cast<uint8_t*>(dst);
     uint64_t pos = offset;
@@ -134,6 +181,9 @@ class ReadAheadFile : public RandomAccessFile {
           size_t take = static_cast<size_t>(std::min(end, hit->begin + hit->got) - pos);
           std::memcpy(out + (pos - offset), hit->data.get() + (pos - hit->begin), take);
           pos += take;
+          // Its last byte is read: readers do not come back (a tar scan and the sample
+          // reader both read each byte once), so its memory goes to the next block.
+          if (pos == hit->end()) forget(hit);
           continue;
         }
         // A failed or short fetch: forget it and read the range directly (the error, if it
@@ -157,8 +207,11 @@ class ReadAheadFile : public RandomAccessFile {
       SY_RETURN_IF_ERROR(direct(pos, gap, out + (pos - offset)));
       pos = gap_end;
     }
-    if (sequential && window >= o_.block_bytes && o_.readahead_blocks > 0)
-      prefetch(end, o_.readahead_blocks * o_.block_bytes);
+    // Blind read-ahead only for a reader that gives no hints (a header scan, a gzip
+    // stream): one that does (the sample reader) says exactly what comes next, and
+    // guessing on top of it, for many interleaved streams, evicts blocks before use.
+    if (sequential && window >= o_.block_bytes && o_.readahead_blocks > 0 && !hinted)
+      prefetch(end, o_.readahead_blocks * o_.block_bytes, false);
     return n;
   }
 
@@ -166,10 +219,13 @@ class ReadAheadFile : public RandomAccessFile {
     if (offset >= base_->size() || o_.readahead_blocks == 0) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      hint_ = offset;
+      if (std::find(ends_.begin(), ends_.end(), offset) == ends_.end())
+        ends_[next_end_++ % ends_.size()] = offset;  // a read there will be sequential
+      hinted_ = true;
     }
+    // At least initial_block_bytes, so that a stream of small chunks costs few requests.
     const size_t most = std::max<size_t>(1, o_.max_blocks / 2) * o_.block_bytes;
-    prefetch(offset, std::clamp(n, o_.initial_block_bytes, most));
+    prefetch(offset, std::clamp(n, o_.initial_block_bytes, most), true);
   }
 
  private:
@@ -205,8 +261,9 @@ class ReadAheadFile : public RandomAccessFile {
     return Status::ok();
   }
 
-  // Starts background fetches of the uncached parts of [from, from + bytes).
-  void prefetch(uint64_t from, size_t bytes) {
+  // Starts background fetches of the uncached parts of [from, from + bytes), in blocks of
+  // block_bytes; `exact`: the last block ends at from + bytes (a hint's range).
+  void prefetch(uint64_t from, size_t bytes, bool exact) {
     const uint64_t size = base_->size();
     const uint64_t until = std::min<uint64_t>(size, from + bytes);
     std::vector<std::shared_ptr<Block>> started;
@@ -223,8 +280,8 @@ class ReadAheadFile : public RandomAccessFile {
           p = covered;
           continue;
         }
-        size_t len =
-            static_cast<size_t>(std::min<uint64_t>({o_.block_bytes, size - p, next_block - p}));
+        size_t len = static_cast<size_t>(
+            std::min<uint64_t>({o_.block_bytes, (exact ? until : size) - p, next_block - p}));
         auto b = std::make_shared<Block>(p, len);
         insert_locked(b);
         started.push_back(b);
@@ -242,14 +299,9 @@ class ReadAheadFile : public RandomAccessFile {
     insert_locked(std::move(b));
   }
 
-  // Keeps at most max_blocks: drops blocks a sequential reader has passed, else the oldest.
+  // Keeps at most max_blocks (read blocks are dropped as soon as read): the oldest goes.
   void insert_locked(std::shared_ptr<Block> b) {
-    while (blocks_.size() >= std::max<uint32_t>(1, o_.max_blocks)) {
-      auto victim = std::find_if(blocks_.begin(), blocks_.end(), [&](const auto& x) {
-        return x->end() <= next_ && x->begin < next_;
-      });
-      blocks_.erase(victim != blocks_.end() ? victim : blocks_.begin());
-    }
+    while (blocks_.size() >= std::max<uint32_t>(1, o_.max_blocks)) blocks_.erase(blocks_.begin());
     blocks_.push_back(std::move(b));
   }
 
@@ -262,9 +314,13 @@ class ReadAheadFile : public RandomAccessFile {
   const ReadAheadOptions o_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Block>> blocks_;  // guarded by mu_; oldest first
-  uint64_t next_ = 0;                           // guarded by mu_: where a sequential read starts
-  uint64_t hint_ = kNone;                       // guarded by mu_: from will_need()
-  size_t window_;                               // guarded by mu_: the next sequential fetch size
+  // Guarded by mu_: where the last few reads ended and where hints point. A read starting
+  // at one of them is sequential (several streams can read one file: the chunks of
+  // different logical shards, interleaved by a worker).
+  std::array<uint64_t, 8> ends_{0, kNone, kNone, kNone, kNone, kNone, kNone, kNone};
+  size_t next_end_ = 1;  // guarded by mu_
+  size_t window_;        // guarded by mu_: the next sequential fetch size
+  bool hinted_ = false;  // guarded by mu_: will_need() has been called
 };
 
 }  // namespace

@@ -2,16 +2,17 @@
 //
 // It wraps a RandomAccessFile whose every read_at costs a round trip (a ranged GET) and
 // keeps a bounded set of cached blocks of the file:
-//  - a read that continues where the previous one ended (or where will_need() pointed) is
-//    sequential: its missing bytes are fetched as a whole block (the first block is
+//  - a read that continues where one of the last few reads ended (or where will_need()
+//    pointed) is sequential: its missing bytes are fetched as a whole block (the first block is
 //    `initial_block_bytes`, and each sequential read doubles it up to `block_bytes`), and
 //    once blocks are full size the next `readahead_blocks` blocks are fetched in the
 //    background on the I/O task pool;
 //  - a large read (at least block_bytes) goes straight into the caller's memory, split into
 //    block-sized ranged reads that run in parallel;
 //  - any other read (a header after a seek past a payload) fetches exactly what it asks.
-// At most `max_blocks` blocks are kept (blocks behind a sequential reader are dropped
-// first), so memory per open file is bounded by max_blocks x block_bytes.
+// A block is dropped as soon as its last byte has been read (each byte is read once by the
+// tar scan and by the sample reader), and at most `max_blocks` are kept (the oldest goes),
+// so memory per open file is bounded by max_blocks x block_bytes.
 //
 // Thread-safe: read_at and will_need may be called from several threads; the background
 // fetches hold the wrapped file (shared) and their block, never the ReadAheadFile.
