@@ -47,7 +47,8 @@ int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {  // H. Hinnant's al
 }
 
 std::optional<int64_t> to_ns(int64_t y, int mon, int d, int h, int mi, int s) {
-  if (y < 1970 || y > 9999 || mon < 1 || mon > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
+  // Nanoseconds since 1970 in an int64_t end in 2262.
+  if (y < 1970 || y > 2200 || mon < 1 || mon > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
       s > 60 || h < 0 || mi < 0 || s < 0)
     return std::nullopt;
   int64_t days = days_from_civil(y, static_cast<unsigned>(mon), static_cast<unsigned>(d));

@@ -31,10 +31,16 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   cmake -S "$SY_ROOT" -B "$SY_ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
-  cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz
+  cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz
   corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
   cp "$SY_ROOT"/tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
   "$SY_ROOT/build-fuzz/tests/fuzz/tar_fuzz" -max_total_time="${SY_FUZZ_SECONDS:-60}" \
+    -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
+  rm -rf "$corpus"
+  echo "== fuzz the HTTP and S3 response parsers (libFuzzer, bounded)"
+  corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
+  cp "$SY_ROOT"/tests/fuzz/http_corpus/* "$corpus"/ 2>/dev/null || true
+  "$SY_ROOT/build-fuzz/tests/fuzz/http_fuzz" -max_total_time="${SY_FUZZ_HTTP_SECONDS:-20}" \
     -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
   rm -rf "$corpus"
 fi
