@@ -72,7 +72,8 @@ TEST(HttpTime, ReadsImfFixdateAndIso8601) {
   EXPECT_EQ(parse_http_time("1994-11-06T08:49:37Z"), int64_t{784111777} * 1000000000);
   for (const char* bad :
        {"", "yesterday", "Sun, 06 Nov 1994 08:49:37 PST", "Sun, 06 Foo 1994 08:49:37 GMT",
-        "1994-13-06T08:49:37Z", "1994-11-06T08:49:37", "Sun, 06 Nov 1994 08:49:37 GMTx"})
+        "1994-13-06T08:49:37Z", "1994-11-06T08:49:37", "Sun, 06 Nov 1994 08:49:37 GMTx",
+        "Sun, 06 Nov 9709 08:49:37 GMT"})  // past what int64 nanoseconds hold
     EXPECT_FALSE(parse_http_time(bad)) << bad;
 }
 
