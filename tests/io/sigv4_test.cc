@@ -35,16 +35,21 @@ TEST(SigV4, MatchesTheTestSuiteGetVanillaExample) {
             "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31");
 }
 
+// A request of the S3 examples: examplebucket, the example keys, 2013-05-24.
+SignedHeaders sign_s3_example(SigningRequest req) {
+  req.host = "examplebucket.s3.amazonaws.com";
+  req.payload_sha256 = kEmptyPayloadSha256;
+  AwsCredentials creds{"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
+  return sign_request(req, creds, "us-east-1", "s3", "20130524T000000Z");
+}
+
 // The GET Object example of the S3 documentation ("Signature Calculations for the
 // Authorization Header"): a ranged GET with x-amz-content-sha256.
 TEST(SigV4, MatchesTheS3GetObjectExample) {
   SigningRequest req;
-  req.host = "examplebucket.s3.amazonaws.com";
   req.encoded_path = "/test.txt";
   req.headers = {{"Range", "bytes=0-9"}};
-  req.payload_sha256 = kEmptyPayloadSha256;
-  AwsCredentials creds{"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
-  auto s = sign_request(req, creds, "us-east-1", "s3", "20130524T000000Z");
+  auto s = sign_s3_example(req);
   EXPECT_EQ(
       s.canonical_request,
       "GET\n/test.txt\n\nhost:examplebucket.s3.amazonaws.com\nrange:bytes=0-9\n"
@@ -63,12 +68,9 @@ TEST(SigV4, MatchesTheS3GetObjectExample) {
 // The GET Bucket (List Objects) example of the same page: the query is sorted.
 TEST(SigV4, MatchesTheS3ListObjectsExampleWithASortedQuery) {
   SigningRequest req;
-  req.host = "examplebucket.s3.amazonaws.com";
   req.encoded_path = "/";
   req.query = "prefix=J&max-keys=2";
-  req.payload_sha256 = kEmptyPayloadSha256;
-  AwsCredentials creds{"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
-  auto s = sign_request(req, creds, "us-east-1", "s3", "20130524T000000Z");
+  auto s = sign_s3_example(req);
   EXPECT_NE(s.canonical_request.find("\n/\nmax-keys=2&prefix=J\n"), std::string::npos);
   EXPECT_EQ(s.signature, "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
 }
