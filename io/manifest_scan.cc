@@ -77,8 +77,11 @@ Status scan_tar_source(std::shared_ptr<RandomAccessFile> shared, const SourceRef
   bool gz = ref.kind == SourceKind::kTarGz || looks_gzip(*shared);
   if (gz) e->kind = SourceKind::kTarGz;
   auto stream = gz ? gzip_stream(shared) : file_stream(shared);
-  SampleGrouper group(e, ref.uri);
-  Status st = scan_tar(*stream, ref.uri, [&](const TarEntry& t) -> Status {
+  // Messages name the shard; a remote one without its query string (a presigned URL's
+  // signature must not reach a log).
+  const std::string name = is_remote_uri(ref.uri) ? redact_url(ref.uri) : ref.uri;
+  SampleGrouper group(e, name);
+  Status st = scan_tar(*stream, name, [&](const TarEntry& t) -> Status {
     if (!t.regular) return Status::ok();
     return group.add(t.path, t.start_offset, t.end_offset(), t.size);
   });
@@ -93,7 +96,7 @@ Status scan_tar_source(std::shared_ptr<RandomAccessFile> shared, const SourceRef
   }
   group.flush();
   if (e->samples.empty()) {
-    Status empty = corrupt(ref.uri + ": shard has no samples (empty archive)");
+    Status empty = corrupt(name + ": shard has no samples (empty archive)");
     if (policy == OnCorrupt::kFail) return empty;
     e->damaged = true;
     e->damage = empty.message();

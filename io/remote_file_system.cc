@@ -117,7 +117,7 @@ class RemoteFile : public RandomAccessFile {
              std::string uri, std::string url, ObjectInfo info)
       : client_(std::move(client)),
         endpoint_(std::move(endpoint)),
-        uri_(std::move(uri)),
+        uri_(redact_url(uri)),  // for messages only: reads use url_
         url_(std::move(url)),
         info_(std::move(info)) {}
   Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
