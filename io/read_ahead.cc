@@ -224,7 +224,7 @@ class ReadAheadFile : public RandomAccessFile {
       hinted_ = true;
     }
     // At least initial_block_bytes, so that a stream of small chunks costs few requests.
-    const size_t most = std::max<size_t>(1, o_.max_blocks / 2) * o_.block_bytes;
+    const size_t most = std::max(o_.max_cached_bytes / 2, o_.initial_block_bytes);
     prefetch(offset, std::clamp(n, o_.initial_block_bytes, most), true);
   }
 
@@ -299,21 +299,30 @@ class ReadAheadFile : public RandomAccessFile {
     insert_locked(std::move(b));
   }
 
-  // Keeps at most max_blocks (read blocks are dropped as soon as read): the oldest goes.
+  // Keeps at most max_cached_bytes (read blocks are dropped as soon as read): the oldest
+  // goes first.
   void insert_locked(std::shared_ptr<Block> b) {
-    while (blocks_.size() >= std::max<uint32_t>(1, o_.max_blocks)) blocks_.erase(blocks_.begin());
+    while (!blocks_.empty() && cached_ + b->size > o_.max_cached_bytes) {
+      cached_ -= blocks_.front()->size;
+      blocks_.erase(blocks_.begin());
+    }
+    cached_ += b->size;
     blocks_.push_back(std::move(b));
   }
 
   void forget(const std::shared_ptr<Block>& b) {
     std::lock_guard<std::mutex> lock(mu_);
-    blocks_.erase(std::remove(blocks_.begin(), blocks_.end(), b), blocks_.end());
+    auto it = std::find(blocks_.begin(), blocks_.end(), b);
+    if (it == blocks_.end()) return;  // already evicted
+    cached_ -= b->size;
+    blocks_.erase(it);
   }
 
   std::shared_ptr<RandomAccessFile> base_;
   const ReadAheadOptions o_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Block>> blocks_;  // guarded by mu_; oldest first
+  size_t cached_ = 0;                           // guarded by mu_: bytes of blocks_
   // Guarded by mu_: where the last few reads ended and where hints point. A read starting
   // at one of them is sequential (several streams can read one file: the chunks of
   // different logical shards, interleaved by a worker).
@@ -338,7 +347,9 @@ Result<ReadAheadOptions> ReadAheadOptions::from_env() {
                             " is below the minimum of 65536");
   o.block_bytes = block;
   o.initial_block_bytes = std::min(o.initial_block_bytes, o.block_bytes);
-  o.max_blocks = std::max<uint32_t>(o.max_blocks, o.readahead_blocks + 2);
+  uint32_t cache = static_cast<uint32_t>(o.max_cached_bytes);
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_FILE_CACHE_BYTES", &cache));
+  o.max_cached_bytes = std::max<size_t>(cache, (o.readahead_blocks + 2) * o.block_bytes);
   return o;
 }
 

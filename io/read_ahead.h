@@ -11,8 +11,11 @@
 //    block-sized ranged reads that run in parallel;
 //  - any other read (a header after a seek past a payload) fetches exactly what it asks.
 // A block is dropped as soon as its last byte has been read (each byte is read once by the
-// tar scan and by the sample reader), and at most `max_blocks` are kept (the oldest goes),
-// so memory per open file is bounded by max_blocks x block_bytes.
+// tar scan and by the sample reader), and the blocks of one file hold at most
+// `max_cached_bytes` (the oldest goes first). A byte budget, not a block count: a worker
+// interleaving many logical shards of one file has many small hinted blocks in flight.
+// will_need(offset, n) fetches [offset, offset + n) (at least initial_block_bytes) in the
+// background; a file that has had a hint gets no blind read-ahead.
 //
 // Thread-safe: read_at and will_need may be called from several threads; the background
 // fetches hold the wrapped file (shared) and their block, never the ReadAheadFile.
@@ -30,8 +33,8 @@ namespace shardyard::io {
 struct ReadAheadOptions {
   size_t block_bytes = 8u << 20;  // SHARDYARD_HTTP_BLOCK_BYTES
   size_t initial_block_bytes = 256u << 10;
-  uint32_t readahead_blocks = 2;  // SHARDYARD_HTTP_READAHEAD_BLOCKS; 0 = none
-  uint32_t max_blocks = 6;        // cached blocks per open file
+  uint32_t readahead_blocks = 2;        // SHARDYARD_HTTP_READAHEAD_BLOCKS; 0 = none
+  size_t max_cached_bytes = 48u << 20;  // per open file: SHARDYARD_HTTP_FILE_CACHE_BYTES
 
   static Result<ReadAheadOptions> from_env();
 };

@@ -56,7 +56,7 @@ ReadAheadOptions small_blocks() {
   o.block_bytes = 64 << 10;
   o.initial_block_bytes = 16 << 10;
   o.readahead_blocks = 2;
-  o.max_blocks = 6;
+  o.max_cached_bytes = 6 * (64 << 10);
   return o;
 }
 
