@@ -103,7 +103,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   scan.threads = options.scan_threads;
   if (options.use_manifest_cache)
     scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
-  auto& fs = options.file_system ? *options.file_system : io::local_file_system();
+  auto& fs = options.file_system ? *options.file_system : io::default_file_system();
   SY_ASSIGN_OR_RETURN(auto manifest, io::build_manifest(fs, options.sources, scan, &d.report));
   SY_ASSIGN_OR_RETURN(auto job,
                       make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,

@@ -41,7 +41,7 @@ enum class Order {
 };
 
 struct LoaderOptions {
-  std::vector<std::string> sources;  // paths, brace patterns, directories
+  std::vector<std::string> sources;  // paths, URLs, brace patterns, directories, s3 prefixes/
   uint32_t rank = 0;
   uint32_t world_size = 1;
   uint32_t workers = 2;  // data workers per rank (threads in this placement)
@@ -52,7 +52,8 @@ struct LoaderOptions {
   Spec pipeline;                  // replicable stages run by every worker
   uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
   uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 128 items or 4 MiB)
-  // Where source bytes come from; null = the local file system. A user file system (a
+  // Where source bytes come from; null = io::default_file_system(): local paths, http://,
+  // https:// and s3:// uris (configured from the environment). A user file system (a
   // database, an object store client) serves every source; its reads run on the worker
   // threads, where current_worker() says who is reading. Must outlive the loader.
   io::FileSystem* file_system = nullptr;

@@ -32,6 +32,20 @@ struct ShardCursor {
   size_t pos = 0;
   uint64_t skip = 0;  // items of the next chunk consumed before a resume
 };
+
+// Calls fn(source, first sample, last sample, first item id) for each run of one source's
+// samples in a chunk (a chunk can span the end of one source and the start of the next).
+template <typename Fn>
+Status for_each_run(const JobData& job, const ShardSequence& seq, size_t chunk, Fn&& fn) {
+  const uint64_t g0 = seq.chunk_begin(chunk), g1 = seq.chunk_end(chunk);
+  for (uint64_t g = g0; g < g1;) {
+    auto loc = job.index.locate(g);
+    uint64_t end = std::min(g1, job.index.source_end(loc.source));
+    SY_RETURN_IF_ERROR(fn(loc.source, loc.sample, loc.sample + (end - g), g));
+    g = end;
+  }
+  return Status::ok();
+}
 }  // namespace
 
 Status WorkerCore::restore_stages(const WorkUnit& unit, const std::vector<Stage*>& stateful) {
@@ -85,18 +99,23 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
     auto& c = cursors[k];
     if (c.pos == c.perm.size()) {  // read the shard's next chunk
       c.items.clear();
-      const uint64_t g0 = c.seq.chunk_begin(c.next_chunk), g1 = c.seq.chunk_end(c.next_chunk);
-      for (uint64_t g = g0; g < g1;) {
-        auto loc = job.index.locate(g);
-        uint64_t end = std::min(g1, job.index.source_end(loc.source));
-        SY_RETURN_IF_ERROR(
-            reader_.read(loc.source, loc.sample, loc.sample + (end - g), g, &c.items));
-        g = end;
-      }
+      SY_RETURN_IF_ERROR(
+          for_each_run(job, c.seq, c.next_chunk,
+                       [&](uint32_t source, uint64_t first, uint64_t last, uint64_t id) {
+                         return reader_.read(source, first, last, id, &c.items);
+                       }));
       c.perm = c.seq.chunk_permutation(c.next_chunk);
       c.pos = c.skip;
       c.skip = 0;
       ++c.next_chunk;
+      // Say what this shard reads next, so that a remote file fetches it (and a next shard
+      // is opened) while this chunk's items are emitted.
+      if (c.next_chunk < c.seq.num_chunks())
+        (void)for_each_run(job, c.seq, c.next_chunk,
+                           [&](uint32_t source, uint64_t first, uint64_t last, uint64_t) {
+                             reader_.will_need(source, first, last);
+                             return Status::ok();
+                           });
     }
     Item item = std::move(c.items[c.perm[c.pos++]]);
     item.shard = unit.shards[k];

@@ -17,6 +17,10 @@ namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+int64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
 class LocalMapping : public MappedRange {
  public:
   LocalMapping(void* base, size_t length, size_t skip, size_t n)
@@ -34,7 +38,8 @@ class LocalMapping : public MappedRange {
 
 class LocalFile : public RandomAccessFile {
  public:
-  LocalFile(int fd, uint64_t size, std::string uri) : fd_(fd), size_(size), uri_(std::move(uri)) {}
+  LocalFile(int fd, uint64_t size, int64_t mtime_ns, std::string uri)
+      : fd_(fd), size_(size), mtime_ns_(mtime_ns), uri_(std::move(uri)) {}
   ~LocalFile() override { ::close(fd_); }
   Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
     size_t done = 0;
@@ -53,6 +58,10 @@ class LocalFile : public RandomAccessFile {
   }
   uint64_t size() const override { return size_; }
   const std::string& uri() const override { return uri_; }
+  int64_t version() const override { return mtime_ns_; }
+  void will_need(uint64_t offset, size_t n) override {
+    ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+  }
 
   Result<std::shared_ptr<const MappedRange>> map(uint64_t offset, size_t n) override {
     // Touching a mapped page past the end of the file kills the process (SIGBUS), so check
@@ -73,6 +82,7 @@ class LocalFile : public RandomAccessFile {
  private:
   int fd_;
   uint64_t size_;
+  int64_t mtime_ns_;
   std::string uri_;
 };
 
@@ -88,7 +98,7 @@ class LocalFileSystem : public FileSystem {
     info.uri = uri;
     info.is_directory = S_ISDIR(st.st_mode);
     info.size = static_cast<uint64_t>(st.st_size);
-    info.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    info.mtime_ns = mtime_ns_of(st);
     return info;
   }
 
@@ -110,7 +120,7 @@ class LocalFileSystem : public FileSystem {
     }
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return std::unique_ptr<RandomAccessFile>(
-        new LocalFile(fd, static_cast<uint64_t>(st.st_size), uri));
+        new LocalFile(fd, static_cast<uint64_t>(st.st_size), mtime_ns_of(st), uri));
   }
 
   Result<std::vector<std::string>> list(const std::string& dir_uri) override {

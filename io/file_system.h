@@ -1,9 +1,10 @@
 // FileSystem: where source bytes come from.
 //
-// A FileSystem resolves a uri to metadata, a random-access reader, or a listing. This
-// release has the local file system; HTTP(S) and S3 implement the same interface later
-// (with connection reuse, ranged reads and retries inside the implementation). Test
-// doubles (in memory, failing) live in tests/io/.
+// A FileSystem resolves a uri to metadata, a random-access reader, or a listing. The local
+// file system is here; HTTP(S) and S3 (remote_file_system.h) implement the same interface
+// with connection reuse, ranged reads, read-ahead and retries inside, and
+// default_file_system() routes each uri to the one its scheme names. Test doubles (in
+// memory, failing) live in tests/io/.
 //
 // Thread-safety: FileSystem implementations are thread-safe. A RandomAccessFile may be
 // read from several threads at once (read_at has no cursor); a ByteStream has one owner.
@@ -45,8 +46,15 @@ class RandomAccessFile {
   virtual Result<std::shared_ptr<const MappedRange>> map(uint64_t /*offset*/, size_t /*n*/) {
     return std::shared_ptr<const MappedRange>();
   }
+  // A hint that [offset, offset + n) will be read soon: a remote file starts fetching it
+  // in the background. Never required for correctness.
+  virtual void will_need(uint64_t /*offset*/, size_t /*n*/) {}
   virtual uint64_t size() const = 0;
   virtual const std::string& uri() const = 0;
+  // What identifies this version of the file for the manifest cache (FileInfo::mtime_ns):
+  // the modification time of a local file, a stamp of Last-Modified and ETag for a remote
+  // object (http_util.h: remote_version_stamp), read when the file was opened.
+  virtual int64_t version() const { return 0; }
 };
 
 class FileSystem {
@@ -61,6 +69,10 @@ class FileSystem {
 
 // The process's local file system (a singleton).
 FileSystem& local_file_system();
+// The process's file system for user-given sources (a singleton): "http://", "https://"
+// and "s3://" uris go to the remote file systems (configured from the environment on first
+// use, remote_file_system.h), everything else to local_file_system().
+FileSystem& default_file_system();
 
 // Reads exactly n bytes at offset or fails with a message naming the file and offset.
 Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n);

@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
 #include "io/gzip.h"
+#include "io/http_util.h"
 #include "io/tar.h"
 #include "runtime/hash.h"
 
@@ -60,20 +62,31 @@ class SampleGrouper {
   std::vector<std::string> fields_;  // of the current sample
 };
 
-Status scan_tar_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e, OnCorrupt policy) {
-  SY_ASSIGN_OR_RETURN(auto file, fs.open(ref.uri));
-  std::shared_ptr<RandomAccessFile> shared(std::move(file));
+// Under kSkip, what counts as damage of one source rather than a failure of the run: a
+// malformed shard, and for a remote shard also one that stays unreachable after retries.
+bool is_damage(const Status& st, const SourceRef& ref) {
+  if (st.code() == StatusCode::kCorrupt) return true;
+  return is_remote_uri(ref.uri) &&
+         (st.code() == StatusCode::kIoError || st.code() == StatusCode::kUnavailable ||
+          st.code() == StatusCode::kNotFound);
+}
+
+Status scan_tar_source(std::shared_ptr<RandomAccessFile> shared, const SourceRef& ref,
+                       SourceEntry* e, OnCorrupt policy) {
   e->size_bytes = shared->size();
   bool gz = ref.kind == SourceKind::kTarGz || looks_gzip(*shared);
   if (gz) e->kind = SourceKind::kTarGz;
   auto stream = gz ? gzip_stream(shared) : file_stream(shared);
-  SampleGrouper group(e, ref.uri);
-  Status st = scan_tar(*stream, ref.uri, [&](const TarEntry& t) -> Status {
+  // Messages name the shard; a remote one without its query string (a presigned URL's
+  // signature must not reach a log).
+  const std::string name = is_remote_uri(ref.uri) ? redact_url(ref.uri) : ref.uri;
+  SampleGrouper group(e, name);
+  Status st = scan_tar(*stream, name, [&](const TarEntry& t) -> Status {
     if (!t.regular) return Status::ok();
     return group.add(t.path, t.start_offset, t.end_offset(), t.size);
   });
   if (!st.is_ok()) {
-    if (policy == OnCorrupt::kFail || st.code() != StatusCode::kCorrupt) return st;
+    if (policy == OnCorrupt::kFail || !is_damage(st, ref)) return st;
     group.drop_current();  // the sample in progress may be incomplete
     e->damaged = true;
     // A skip can carry a file stream's position past the end of the file; keep it inside.
@@ -83,7 +96,7 @@ Status scan_tar_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e, OnC
   }
   group.flush();
   if (e->samples.empty()) {
-    Status empty = corrupt(ref.uri + ": shard has no samples (empty archive)");
+    Status empty = corrupt(name + ": shard has no samples (empty archive)");
     if (policy == OnCorrupt::kFail) return empty;
     e->damaged = true;
     e->damage = empty.message();
@@ -119,6 +132,29 @@ Status scan_directory_source(FileSystem& fs, const SourceRef& ref, SourceEntry* 
   return Status::ok();
 }
 
+// Runs fn(i) for i in [0, n) on `threads` threads (the caller's included).
+void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  threads =
+      std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(std::min<size_t>(n, 4096))));
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+// Threads for work on these sources: remote requests wait on the network, not the CPU,
+// so they get many more than the cores.
+unsigned scan_threads(const ScanOptions& o, const std::vector<SourceRef>& refs) {
+  unsigned threads = o.threads ? o.threads : std::thread::hardware_concurrency();
+  for (const auto& r : refs)
+    if (is_remote_uri(r.uri)) return std::max(threads, o.remote_connections);
+  return threads;
+}
+
 std::string cache_key(const std::vector<SourceRef>& refs) {
   Hasher h;
   for (const auto& r : refs) h.add_string(r.uri);
@@ -127,28 +163,34 @@ std::string cache_key(const std::vector<SourceRef>& refs) {
   return buf;
 }
 
-// A cached manifest is fresh when it lists the same sources with the same size and mtime.
-bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>& refs) {
+// A cached manifest is fresh when it lists the same sources with the same size and mtime
+// (for a remote object: its version stamp). Sources are checked in parallel: for remote
+// ones each check is a HEAD.
+bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>& refs,
+                 unsigned threads) {
   if (m.sources.size() != refs.size()) return false;
-  for (size_t i = 0; i < refs.size(); ++i) {
+  for (size_t i = 0; i < refs.size(); ++i)
+    if (m.sources[i].uri != refs[i].uri) return false;
+  std::atomic<bool> fresh{true};
+  parallel_for(refs.size(), threads, [&](size_t i) {
+    if (!fresh) return;
     const auto& s = m.sources[i];
-    if (s.uri != refs[i].uri) return false;
     auto info = fs.stat(s.uri);
     if (!info.is_ok()) {
       bool still_missing = info.status().code() == StatusCode::kNotFound;
-      if (s.damaged && s.samples.empty() && still_missing) continue;
-      return false;
+      if (!(s.damaged && s.samples.empty() && still_missing)) fresh = false;
+      return;
     }
     // A directory is fresh while it lists the same files (listing costs no stat per file).
     // A loose file rewritten in place with the same name is not noticed: use --no-cache.
     if (s.kind == SourceKind::kDirectory) {
       auto files = fs.list(s.uri);
-      if (!files.is_ok() || *files != s.files) return false;
-      continue;
+      if (!files.is_ok() || *files != s.files) fresh = false;
+      return;
     }
-    if (info->size != s.size_bytes || info->mtime_ns != s.mtime_ns) return false;
-  }
-  return true;
+    if (info->size != s.size_bytes || info->mtime_ns != s.mtime_ns) fresh = false;
+  });
+  return fresh;
 }
 
 Status make_dirs(const std::string& dir) {
@@ -171,6 +213,24 @@ Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt 
   SourceEntry e;
   e.uri = ref.uri;
   e.kind = ref.kind;
+  if (is_remote_uri(ref.uri)) {
+    // One request less per shard: open() learns the size and version itself.
+    auto file = fs.open(ref.uri);
+    if (!file.is_ok()) {
+      const Status& st = file.status();
+      std::string what =
+          st.code() == StatusCode::kNotFound ? "missing shard: " : "unreachable shard: ";
+      if (on_corrupt == OnCorrupt::kFail || !is_damage(st, ref))
+        return Status(st.code(), what + st.message());
+      e.damaged = true;
+      e.damage = what + st.message();
+      return e;
+    }
+    e.mtime_ns = (*file)->version();
+    SY_RETURN_IF_ERROR(scan_tar_source(std::shared_ptr<RandomAccessFile>(std::move(file).value()),
+                                       ref, &e, on_corrupt));
+    return e;
+  }
   auto info = fs.stat(ref.uri);
   if (!info.is_ok()) {
     if (info.status().code() != StatusCode::kNotFound) return info.status();
@@ -185,7 +245,8 @@ Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt 
     e.kind = SourceKind::kDirectory;
     SY_RETURN_IF_ERROR(scan_directory_source(fs, ref, &e, on_corrupt));
   } else {
-    SY_RETURN_IF_ERROR(scan_tar_source(fs, ref, &e, on_corrupt));
+    SY_ASSIGN_OR_RETURN(auto file, fs.open(ref.uri));
+    SY_RETURN_IF_ERROR(scan_tar_source(std::move(file), ref, &e, on_corrupt));
   }
   return e;
 }
@@ -202,13 +263,14 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
   ScanReport local;
   if (report == nullptr) report = &local;
   SY_ASSIGN_OR_RETURN(auto refs, resolve_sources(fs, patterns));
+  const unsigned threads = scan_threads(options, refs);
 
   std::string cache_path;
   if (!options.cache_dir.empty()) {
     cache_path = options.cache_dir + "/" + cache_key(refs) + ".manifest";
     report->cache_path = cache_path;
     auto cached = load_manifest(cache_path);
-    if (cached.is_ok() && cache_fresh(fs, *cached, refs)) {
+    if (cached.is_ok() && cache_fresh(fs, *cached, refs, threads)) {
       // A cached manifest with damage is only valid under the policy that accepts it.
       if (options.on_corrupt == OnCorrupt::kSkip || cached->num_damaged() == 0) {
         report->from_cache = true;
@@ -222,23 +284,17 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
   Manifest m;
   m.sources.resize(refs.size());
   std::vector<Status> errors(refs.size());
-  std::atomic<size_t> next{0};
-  unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
-  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(refs.size())));
-  auto work = [&] {
-    for (size_t i = next++; i < refs.size(); i = next++) {
-      auto r = scan_source(fs, refs[i], options.on_corrupt);
-      if (r.is_ok()) {
-        m.sources[i] = std::move(r).value();
-      } else {
-        errors[i] = r.status();
-      }
+  std::atomic<bool> failed{false};
+  parallel_for(refs.size(), threads, [&](size_t i) {
+    if (failed) return;  // the run fails anyway: do not fetch the rest
+    auto r = scan_source(fs, refs[i], options.on_corrupt);
+    if (r.is_ok()) {
+      m.sources[i] = std::move(r).value();
+    } else {
+      errors[i] = r.status();
+      failed = true;
     }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  });
   for (const auto& e : errors) SY_RETURN_IF_ERROR(e);  // the first source's error wins
   for (const auto& s : m.sources)
     if (s.damaged) report->warnings.push_back(s.damage);

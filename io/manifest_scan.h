@@ -1,13 +1,16 @@
 // Building manifests: a header scan of every source, in parallel, with a cache.
 //
 // Local tar shards are scanned header by header through a small read-ahead window: a
-// payload larger than the window is skipped with a seek and never read; gzip-compressed
+// payload larger than the window is skipped with a seek and never read (for a remote shard
+// the read after such a seek is one small ranged GET); gzip-compressed
 // shards are inflated once; a directory source is listed and its files stat'ed. Damage is
 // handled by policy: kFail returns the first error (file and byte offset), kSkip keeps the
 // intact samples before the damage, marks the source damaged and goes on.
 //
 // The cache holds one manifest file per list of sources, reused while every source keeps
-// its size and modification time.
+// its size and modification time (for a remote object: size, Last-Modified and ETag, one
+// HEAD each, in parallel). Under kSkip a remote shard that stays unreachable after the
+// client's retries is damage too: skipped, counted and warned about.
 //
 // Thread-safe: functions only; scanning uses its own threads and joins them.
 #pragma once
@@ -26,6 +29,9 @@ enum class OnCorrupt { kFail, kSkip };
 struct ScanOptions {
   OnCorrupt on_corrupt = OnCorrupt::kFail;
   unsigned threads = 2;   // sources scanned in parallel; 0 = hardware concurrency
+  // At least this many in parallel when a source is remote (http://, https://, s3://):
+  // each is a few round trips that wait on the network, not on the CPU.
+  unsigned remote_connections = 32;
   std::string cache_dir;  // empty: no cache
 };
 

@@ -52,6 +52,15 @@ Status SampleReader::read(uint32_t source, uint64_t first, uint64_t last, uint64
   return read_tar(source, first, last, id, out);
 }
 
+void SampleReader::will_need(uint32_t source, uint64_t first, uint64_t last) {
+  const auto& src = manifest_->sources.at(source);
+  if (src.kind != SourceKind::kTar || first >= last || last > src.samples.size()) return;
+  auto f = file(source);
+  if (!f.is_ok()) return;
+  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  (*f)->will_need(begin, static_cast<size_t>(end - begin));
+}
+
 Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                               std::vector<Item>* out) {
   const auto& src = manifest_->sources[source];

@@ -38,6 +38,10 @@ class SampleReader {
   // first_item_id, first_item_id + 1, ... (shard is left for the caller to set).
   Status read(uint32_t source, uint64_t first, uint64_t last, uint64_t first_item_id,
               std::vector<Item>* out);
+  // A hint that samples [first, last) of `source` come next: the file is opened now and a
+  // remote one starts fetching the range in the background (read_ahead.h). Errors are left
+  // for read() to report.
+  void will_need(uint32_t source, uint64_t first, uint64_t last);
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:

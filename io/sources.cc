@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "io/http_util.h"
+
 namespace shardyard::io {
 
 namespace {
@@ -75,6 +77,23 @@ Result<std::vector<SourceRef>> resolve_sources(FileSystem& fs,
   for (const auto& p : patterns) {
     SY_ASSIGN_OR_RETURN(auto uris, expand_braces(p));
     for (auto& uri : uris) {
+      if (is_remote_uri(uri)) {
+        // Never a request per shard here (a HEAD each would delay the first batch by
+        // thousands of round trips): an object is taken as named, and only a folder
+        // ("s3://bucket/prefix/") costs a listing.
+        if (uri.back() != '/') {
+          out.push_back({uri, kind_from_name(uri)});
+          continue;
+        }
+        SY_ASSIGN_OR_RETURN(auto files, fs.list(uri));
+        const size_t before = out.size();
+        for (const auto& f : files)
+          if (ends_with(f, ".tar") || ends_with(f, ".tar.gz") || ends_with(f, ".tgz"))
+            out.push_back({uri + f, kind_from_name(f)});
+        if (out.size() == before)
+          return not_found(redact_url(uri) + ": no .tar, .tar.gz or .tgz objects under it");
+        continue;
+      }
       auto info = fs.stat(uri);
       if (info.is_ok() && info->is_directory) {
         SY_ASSIGN_OR_RETURN(auto files, fs.list(uri));

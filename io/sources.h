@@ -4,7 +4,9 @@
 // width is kept when the start has leading zeros) and "{a,b,c}" lists; several braces
 // expand as a product, left to right. A directory expands to the tar shards inside it
 // (sorted); a directory without tar shards is one source of sample files. Nothing is
-// opened here except to tell files from directories.
+// opened here except to tell files from directories. Remote uris (http://, https://,
+// s3://) cost no request: they are taken as named, except a uri ending in '/', which is
+// listed (s3://bucket/prefix/) for its tar shards.
 //
 // Thread-safe (pure functions, plus stat calls on the given FileSystem).
 #pragma once

@@ -7,9 +7,9 @@ SY_JOBS="${SY_JOBS:-$(nproc)}"
 
 SY_PACKAGES=(
   cmake g++ make pkg-config ccache git
-  libcaf-dev libssl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
+  libcaf-dev libssl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  python3 tar gzip
+  python3 tar gzip nginx
   clang libclang-rt-14-dev
 )
 
@@ -25,6 +25,29 @@ sy_install_packages() {
   $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
     --no-install-recommends "${missing[@]}"
+}
+
+# Node for the S3-compatible test server (tests/servers): Debian's nodejs and npm unless a
+# node is already on the PATH (a NodeSource node brings its own npm, and Debian's npm
+# package would conflict with it).
+sy_install_node() {
+  if command -v node >/dev/null && command -v npm >/dev/null; then return 0; fi
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "== installing Debian packages: nodejs npm"
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    --no-install-recommends nodejs npm
+}
+
+# The test servers' node packages (s3rver), pinned by tests/servers/package-lock.json.
+sy_install_test_servers() {
+  sy_install_node
+  local dir="$SY_ROOT/tests/servers"
+  if [ -x "$dir/node_modules/.bin/s3rver" ] && \
+     [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then return 0; fi
+  echo "== installing test servers (npm ci in tests/servers)"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 }
 
 # sy_build DIR [cmake args...]: configure and build DIR (every target, or the targets

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, build, run every test (unit, actors, end to end, example),
+# The whole test suite: set up, build, run every test (unit, actors, end to end, example,
+# remote sources against nginx, s3rver and a fault proxy that the tests start themselves),
 # then rebuild with AddressSanitizer + UndefinedBehaviorSanitizer and run the tests again,
-# then build the tar fuzzer with clang and fuzz the reader for a bounded time.
+# then build the libFuzzer targets with clang (tar reader, HTTP/S3 response parsers,
+# checkpoint formats) and fuzz each for a bounded time.
 # Usage: scripts/test.sh            (SY_SKIP_SANITIZE=1 / SY_SKIP_FUZZ=1 to leave parts out)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sy_install_packages
+sy_install_test_servers
 export SHARDYARD_CACHE_DIR="$(mktemp -d /tmp/shardyard-test-cache.XXXXXX)"
 trap 'rm -rf "$SHARDYARD_CACHE_DIR"' EXIT
 
@@ -29,11 +32,24 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   cmake -S "$SY_ROOT" -B "$SY_ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
-  cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz
+  cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz
   corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
   cp "$SY_ROOT"/tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
   "$SY_ROOT/build-fuzz/tests/fuzz/tar_fuzz" -max_total_time="${SY_FUZZ_SECONDS:-60}" \
     -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
+  rm -rf "$corpus"
+  echo "== fuzz the HTTP and S3 response parsers (libFuzzer, bounded)"
+  corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
+  cp "$SY_ROOT"/tests/fuzz/http_corpus/* "$corpus"/ 2>/dev/null || true
+  "$SY_ROOT/build-fuzz/tests/fuzz/http_fuzz" -max_total_time="${SY_FUZZ_HTTP_SECONDS:-20}" \
+    -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
+  rm -rf "$corpus"
+  echo "== fuzz the checkpoint formats (libFuzzer, bounded)"
+  corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
+  cp "$SY_ROOT"/tests/fuzz/checkpoint_corpus/* "$corpus"/ 2>/dev/null || true
+  "$SY_ROOT/build-fuzz/tests/fuzz/checkpoint_fuzz" \
+    -max_total_time="${SY_FUZZ_CHECKPOINT_SECONDS:-20}" -print_final_stats=1 "$corpus" 2>&1 |
+    tail -n 5
   rm -rf "$corpus"
 fi
 echo "== all tests passed"

@@ -25,7 +25,7 @@ Result<Manifest> obtain(const ManifestArgs& a, io::ScanReport* report) {
   scan.on_corrupt = a.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
   scan.threads = a.threads;
   if (!a.no_cache) scan.cache_dir = a.cache_dir.empty() ? io::default_cache_dir() : a.cache_dir;
-  return io::build_manifest(io::local_file_system(), a.sources, scan, report);
+  return io::build_manifest(io::default_file_system(), a.sources, scan, report);
 }
 
 int show(const Manifest& m, const ManifestArgs& a) {

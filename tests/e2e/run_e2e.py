@@ -305,6 +305,114 @@ def case_manifest_cli(tmp):
     check(s.returncode == 1 and "checksum" in s.stderr, f"corrupt manifest accepted: {s.stderr}")
 
 
+def remote_servers():
+    """The servers module of tests/servers, or None (with a message) when its tools are absent."""
+    sys.path.insert(0, os.path.join(HERE, "..", "servers"))
+    import servers
+    missing = servers.missing_tools()
+    if missing:
+        print("SKIPPED: remote cases need " + ", ".join(missing), file=sys.stderr)
+        sys.exit(77)
+    return servers
+
+
+def run_env(source, env, *extra, dump=None):
+    cmd = [ARGS.shardyard, "run", "--source", source, "--json", *map(str, extra)]
+    if dump:
+        cmd += ["--dump-keys", dump]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    summary = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
+    return p, summary
+
+
+def same_dump(a, b, ranks):
+    return all(open(f"{a}/rank-{r}.tsv").read() == open(f"{b}/rank-{r}.tsv").read()
+               for r in range(ranks))
+
+
+def case_remote_http(tmp):
+    servers = remote_servers()
+    make(f"{tmp}/root/d", shards=10, samples=25, uneven=True, vary=True, bytes=3000, seed=21)
+    local = f"{tmp}/root/d/shard-{{000000..000009}}.tar"
+    with servers.Nginx(f"{tmp}/root") as ng:
+        url = f"{ng.url}/d/shard-{{000000..000009}}.tar"
+        for i, extra in enumerate([("--workers", 2), ("--ranks", 2, "--workers", 3, "--shuffle",
+                                                      "--seed", 5, "--epochs", 2)]):
+            ranks = 2 if "--ranks" in extra else 1
+            run(local, *extra, "--no-cache", dump=f"{tmp}/local{i}")
+            _, s = run(url, *extra, "--no-cache", dump=f"{tmp}/http{i}")
+            check(s["manifest_cached"] is False, "http run used a cache it was told not to")
+            check(same_dump(f"{tmp}/local{i}", f"{tmp}/http{i}", ranks),
+                  f"http --dump-keys differs from local disk ({extra})")
+        # The manifest of remote shards is cached like a local one (keyed by size + ETag).
+        run(url, "--workers", 2)
+        _, s = run(url, "--workers", 2, dump=f"{tmp}/cached")
+        check(s["manifest_cached"], "second http run did not use the cached manifest")
+        check(same_dump(f"{tmp}/local0", f"{tmp}/cached", 1), "cached http run differs")
+
+
+def case_remote_s3(tmp):
+    servers = remote_servers()
+    make(f"{tmp}/root/d", shards=10, samples=25, uneven=True, vary=True, bytes=3000, seed=22)
+    run(f"{tmp}/root/d/shard-{{000000..000009}}.tar", "--workers", 3, "--no-cache",
+        dump=f"{tmp}/local")
+    with servers.S3rver("bucket") as s3:
+        s3.upload(f"{tmp}/root")
+        env = dict(os.environ, AWS_ENDPOINT_URL=s3.endpoint, AWS_ACCESS_KEY_ID="S3RVER",
+                   AWS_SECRET_ACCESS_KEY="S3RVER", AWS_REGION="us-east-1")
+        for name, src in [("pattern", "s3://bucket/d/shard-{000000..000009}.tar"),
+                          ("prefix", "s3://bucket/d/")]:
+            p, s = run_env(src, env, "--workers", 3, "--no-cache", dump=f"{tmp}/{name}")
+            check(p.returncode == 0, f"s3 {name}: exit {p.returncode}: {p.stderr}")
+            if p.returncode == 0:
+                check(s["sources"] == 10, f"s3 {name}: {s['sources']} sources")
+                check(same_dump(f"{tmp}/local", f"{tmp}/{name}", 1),
+                      f"s3 {name}: --dump-keys differs from local disk")
+        p, _ = run_env("s3://bucket/d/shard-{000000..000010}.tar", env, "--no-cache")
+        check(p.returncode == 1 and "shard-000010.tar" in p.stderr and "S3RVER" not in p.stderr,
+              f"s3 missing shard: exit {p.returncode}: {p.stderr!r}")
+
+
+def case_remote_faults(tmp):
+    servers = remote_servers()
+    make(f"{tmp}/root/d", shards=6, samples=40, vary=True, bytes=6000, seed=23)
+    run(f"{tmp}/root/d/shard-{{000000..000005}}.tar", "--workers", 2, "--no-cache",
+        dump=f"{tmp}/local")
+    env = dict(os.environ, SHARDYARD_HTTP_BACKOFF_MS="10", SHARDYARD_HTTP_BACKOFF_MAX_MS="50",
+               SHARDYARD_HTTP_TIMEOUT_S="1")
+    with servers.Nginx(f"{tmp}/root") as ng, servers.FaultProxy(ng.port) as px:
+        # Cut bodies, 503s and a stall on every shard: the same bytes, nothing lost or twice.
+        src = f"{px.url}/_f/drop:30000x2,503x2,stall:70000x1/d/shard-{{000000..000005}}.tar"
+        p, s = run_env(src, env, "--workers", 2, "--no-cache", dump=f"{tmp}/faults")
+        check(p.returncode == 0, f"faults: exit {p.returncode}: {p.stderr}")
+        if p.returncode == 0:
+            check(same_dump(f"{tmp}/local", f"{tmp}/faults", 1), "faults: dump differs")
+        resumed = [r for r in px.requests() if r[1] == "GET" and r[2] and not r[2].startswith("bytes=0-")]
+        check(any("drop" in r[0] for r in resumed), "faults: no ranged GET resumed a body")
+        # A missing shard fails the run naming its URL; --on-corrupt skip counts it.
+        bad = f"{ng.url}/d/shard-{{000000..000006}}.tar"
+        p, _ = run_env(bad, env, "--no-cache")
+        check(p.returncode == 1 and "shard-000006.tar" in p.stderr,
+              f"missing: exit {p.returncode}: {p.stderr!r}")
+        p, s = run_env(bad, env, "--no-cache", "--on-corrupt", "skip", dump=f"{tmp}/skip")
+        check(p.returncode == 0 and s["corrupt_skipped"] == 1 and s["samples"] == 240,
+              f"skip missing: exit {p.returncode}: {p.stderr} {s}")
+        # A shard that stays unreachable after the retries: fail, or skip and count.
+        env1 = dict(env, SHARDYARD_HTTP_RETRIES="2")
+        dead = f"{px.url}/_f/503/d/shard-000001.tar"
+        src = f"{ng.url}/d/shard-000000.tar"
+        p = subprocess.run([ARGS.shardyard, "run", "--source", src, "--source", dead, "--json",
+                            "--no-cache"], capture_output=True, text=True, env=env1, timeout=120)
+        check(p.returncode == 1 and "shard-000001.tar" in p.stderr and "503" in p.stderr,
+              f"unreachable: exit {p.returncode}: {p.stderr!r}")
+        p = subprocess.run([ARGS.shardyard, "run", "--source", src, "--source", dead, "--json",
+                            "--no-cache", "--on-corrupt", "skip"], capture_output=True, text=True,
+                           env=env1, timeout=120)
+        s = json.loads(p.stdout.splitlines()[-1]) if p.returncode == 0 else {}
+        check(p.returncode == 0 and s.get("corrupt_skipped") == 1 and s.get("samples") == 40,
+              f"unreachable skip: exit {p.returncode}: {p.stderr!r} {s}")
+
+
 CASES = {n[len("case_"):]: f for n, f in globals().items() if n.startswith("case_")}
 
 
