@@ -72,9 +72,7 @@ Result<std::optional<CheckpointManifest>> CoordinatorState::rank_saved(const Ran
   CheckpointManifest m;
   m.generation = pending_->generation;
   m.created_unix_ms = now_ms;
-  m.job = CheckpointJob{
-      job_.fingerprint, job_.num_items, job_.logical_shards,       job_.chunk_items,    job_.seed,
-      job_.shuffle,     job_.drop_last, job_.distributed_strategy, job_.worker_strategy};
+  m.job = checkpoint_job();
   m.topology = CheckpointTopology{job_.world_size, job_.workers, job_.batch_size, job_.exact_order};
   m.epoch = first.epoch;
   m.step = first.step;
@@ -89,13 +87,16 @@ Result<std::optional<CheckpointManifest>> CoordinatorState::rank_saved(const Ran
 
 void CoordinatorState::save_finished() { pending_.reset(); }
 
+CheckpointJob CoordinatorState::checkpoint_job() const {
+  return CheckpointJob{
+      job_.fingerprint, job_.num_items, job_.logical_shards,       job_.chunk_items,    job_.seed,
+      job_.shuffle,     job_.drop_last, job_.distributed_strategy, job_.worker_strategy};
+}
+
 Result<ResumeGrant> CoordinatorState::resume(const ResumeOffer& offer) {
   SY_ASSIGN_OR_RETURN(auto ckpt, decode_checkpoint(offer.manifest, offer.rank_files, offer.dir));
   const auto& m = ckpt.manifest;
-  SY_RETURN_IF_ERROR(
-      check_same_job(m.job, CheckpointJob{job_.fingerprint, job_.num_items, job_.logical_shards,
-                                          job_.chunk_items, job_.seed, job_.shuffle, job_.drop_last,
-                                          job_.distributed_strategy, job_.worker_strategy}));
+  SY_RETURN_IF_ERROR(check_same_job(m.job, checkpoint_job()));
   if (resumed_generation_ && *resumed_generation_ != m.generation)
     return invalid_argument("rank " + std::to_string(offer.rank) +
                             " loaded checkpoint generation " + std::to_string(m.generation) +

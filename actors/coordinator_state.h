@@ -53,6 +53,9 @@ class CoordinatorState {
     uint64_t generation = 0;
     std::map<uint32_t, RankSaved> saved;  // by rank
   };
+  // The part of the job a checkpoint records and a resume must match.
+  CheckpointJob checkpoint_job() const;
+
   JobInfo job_;
   std::set<uint32_t> joined_;
   std::map<uint32_t, std::set<uint32_t>> done_;  // epoch -> ranks

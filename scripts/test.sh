@@ -33,23 +33,19 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
   cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz
-  corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
-  cp "$SY_ROOT"/tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
-  "$SY_ROOT/build-fuzz/tests/fuzz/tar_fuzz" -max_total_time="${SY_FUZZ_SECONDS:-60}" \
-    -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
-  rm -rf "$corpus"
+  # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus for a bounded time.
+  sy_fuzz() {
+    local corpus
+    corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
+    cp "$SY_ROOT/tests/fuzz/$2"/* "$corpus"/ 2>/dev/null || true
+    "$SY_ROOT/build-fuzz/tests/fuzz/$1" -max_total_time="$3" -print_final_stats=1 "$corpus" 2>&1 |
+      tail -n 5
+    rm -rf "$corpus"
+  }
+  sy_fuzz tar_fuzz corpus "${SY_FUZZ_SECONDS:-60}"
   echo "== fuzz the HTTP and S3 response parsers (libFuzzer, bounded)"
-  corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
-  cp "$SY_ROOT"/tests/fuzz/http_corpus/* "$corpus"/ 2>/dev/null || true
-  "$SY_ROOT/build-fuzz/tests/fuzz/http_fuzz" -max_total_time="${SY_FUZZ_HTTP_SECONDS:-20}" \
-    -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
-  rm -rf "$corpus"
+  sy_fuzz http_fuzz http_corpus "${SY_FUZZ_HTTP_SECONDS:-20}"
   echo "== fuzz the checkpoint formats (libFuzzer, bounded)"
-  corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
-  cp "$SY_ROOT"/tests/fuzz/checkpoint_corpus/* "$corpus"/ 2>/dev/null || true
-  "$SY_ROOT/build-fuzz/tests/fuzz/checkpoint_fuzz" \
-    -max_total_time="${SY_FUZZ_CHECKPOINT_SECONDS:-20}" -print_final_stats=1 "$corpus" 2>&1 |
-    tail -n 5
-  rm -rf "$corpus"
+  sy_fuzz checkpoint_fuzz checkpoint_corpus "${SY_FUZZ_CHECKPOINT_SECONDS:-20}"
 fi
 echo "== all tests passed"
