@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: set up, build, then generate a small WebDataset (16 shards of 200 samples)
-# on the fly and load it end to end with 2 ranks x 2 workers, printing the summary.
+# on the fly and load it end to end with 2 ranks x 2 workers, printing the summary; then
+# stop a run mid-epoch with a checkpoint and resume it on another topology.
 # Usage: scripts/demo.sh [extra `shardyard run` options]
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sy_install_packages
@@ -19,6 +20,16 @@ echo "== shardyard run: 2 ranks x 2 workers, batch 32, 2 epochs, shuffled"
 "$SY_ROOT/build-release/tools/shardyard" run --source "$DATA/train/shard-{000000..000015}.tar" \
   --ranks 2 --workers 2 --batch-size 32 --epochs 2 --shuffle --seed 17 \
   --dump-keys "$DATA/dump" "$@"
+echo "== checkpoint after 20 steps at 2 ranks x 2 workers, inspect it, resume at 3 ranks x 1 worker"
+SRC="$DATA/train/shard-{000000..000015}.tar"
+"$SY_ROOT/build-release/tools/shardyard" run --source "$SRC" --ranks 2 --workers 2 \
+  --batch-size 32 --epochs 2 --shuffle --seed 17 --checkpoint-dir "$DATA/ckpt" \
+  --stop-after-steps 20 --json
+"$SY_ROOT/build-release/tools/shardyard" checkpoint inspect "$DATA/ckpt" >"$DATA/ckpt.txt"
+head -n 14 "$DATA/ckpt.txt"
+echo "   ... (per-shard progress of all 64 logical shards in $DATA/ckpt.txt)"
+"$SY_ROOT/build-release/tools/shardyard" run --source "$SRC" --ranks 3 --workers 1 \
+  --batch-size 32 --epochs 2 --shuffle --seed 17 --resume "$DATA/ckpt" --json
 echo "== example trainer (embeds the runtime through its public API)"
 "$SY_ROOT/build-release/examples/trainer" --source "$DATA/train/shard-{000000..000015}.tar" \
   --workers 2 --batch-size 32 --epochs 1
