@@ -281,6 +281,14 @@ void expect_same_batches(const Delivery& a, const Delivery& b, uint64_t from,
 }
 
 // Cut steps worth trying in a plan of steps [first, steps): the ends and a random one.
+// A random job at a random shape, planned afresh into `out`; returns the shape.
+Shape make_random_fresh(Rng& rng, Fresh* out) {
+  Job job = random_job(rng);
+  const Shape shape = random_shape(job, rng);
+  make_fresh(std::move(job), shape, out);
+  return shape;
+}
+
 std::vector<uint64_t> cut_steps(uint64_t first, uint64_t steps, Rng& rng) {
   if (steps <= first) return {};
   std::vector<uint64_t> out = {first, steps - 1, rng.in(first, steps - 1)};
@@ -317,9 +325,7 @@ TEST(ResumeProperty, ResumesAtAnyTopologyWithoutRepeatsOrLosses) {
   size_t checked = 0;
   for (int i = 0; i < kJobs; ++i) {
     Fresh f;
-    Job job = random_job(rng);
-    const Shape shape = random_shape(job, rng);
-    make_fresh(std::move(job), shape, &f);
+    make_random_fresh(rng, &f);
     if (HasFatalFailure()) return;
     for (uint64_t s : cut_steps(0, f.plan.steps, rng)) {
       for (int t = 0; t < 3; ++t) {
@@ -347,9 +353,7 @@ TEST(ResumeProperty, ResumesAtSameRanksAndBatchSizeWithTheSameBatches) {
   size_t checked = 0;
   for (int i = 0; i < kJobs; ++i) {
     Fresh f;
-    Job job = random_job(rng);
-    const Shape shape = random_shape(job, rng);
-    make_fresh(std::move(job), shape, &f);
+    const Shape shape = make_random_fresh(rng, &f);
     if (HasFatalFailure()) return;
     for (uint64_t s : cut_steps(0, f.plan.steps, rng)) {
       for (uint32_t w : {1u, 2u, 5u}) {
@@ -373,9 +377,7 @@ TEST(ResumeProperty, CursorsOfAFreshPlanAreInterleaveCounts) {
   Rng rng(3);
   for (int i = 0; i < kJobs; ++i) {
     Fresh f;
-    Job job = random_job(rng);
-    const Shape shape = random_shape(job, rng);
-    make_fresh(std::move(job), shape, &f);
+    const Shape shape = make_random_fresh(rng, &f);
     if (HasFatalFailure()) return;
     for (uint64_t s = 0; s <= f.plan.steps; ++s) {
       const EpochCursor c = cut(f.job, f.plan, s);
@@ -395,9 +397,7 @@ TEST(ResumeProperty, CursorAtTheEndOfTheEpochIsComplete) {
   size_t resumed_ends = 0;
   for (int i = 0; i < kJobs; ++i) {
     Fresh f;
-    Job job = random_job(rng);
-    const Shape shape = random_shape(job, rng);
-    make_fresh(std::move(job), shape, &f);
+    make_random_fresh(rng, &f);
     if (HasFatalFailure()) return;
     EXPECT_TRUE(cut(f.job, f.plan, f.plan.steps).complete()) << f.str();
     if (f.plan.steps == 0) continue;
@@ -458,9 +458,7 @@ TEST(ResumeProperty, ResumesTwiceWithoutRepeatsOrLosses) {
   size_t checked = 0, same_layout = 0;
   for (int i = 0; i < kJobs; ++i) {
     Fresh f;
-    Job job = random_job(rng);
-    const Shape shape = random_shape(job, rng);
-    make_fresh(std::move(job), shape, &f);
+    const Shape shape = make_random_fresh(rng, &f);
     if (HasFatalFailure()) return;
     for (uint64_t s : cut_steps(0, f.plan.steps, rng)) {
       const Shape mid = rng.in(0, 3) == 0 ? shape : random_shape(f.job, rng);
