@@ -52,6 +52,8 @@ RankCheckpoint rank_checkpoint(const SaveRequest& req, uint32_t rank, uint64_t g
   for (size_t k = 0; k < req.shards.size(); ++k)
     c.shards.push_back(ShardProgress{req.shards[k], req.take[k], req.consumed[k]});
   c.worker_states = req.worker_states;
+  c.dispatcher_state = req.dispatcher_state;
+  c.loader_state = req.loader_state;
   return c;
 }
 

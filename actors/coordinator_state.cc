@@ -124,8 +124,15 @@ Result<ResumeGrant> CoordinatorState::resume(const ResumeOffer& offer) {
     if (g.rescaled) {
       for (auto& s : ckpt.worker_states())
         if (!s.empty()) g.worker_states.push_back(std::move(s));
+      for (const auto& r : ckpt.ranks) {
+        if (!r.dispatcher_state.empty()) g.dispatcher_states.push_back(r.dispatcher_state);
+        if (!r.loader_state.empty()) g.loader_states.push_back(r.loader_state);
+      }
     } else {
-      g.worker_states = ckpt.ranks[offer.rank].worker_states;
+      const auto& own = ckpt.ranks[offer.rank];
+      g.worker_states = own.worker_states;
+      g.dispatcher_states = {own.dispatcher_state};
+      g.loader_states = {own.loader_state};
     }
   }
   return g;

@@ -5,7 +5,7 @@ namespace shardyard::actors {
 Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, const EpochKey& key) {
   const auto& job = *job_;
   std::optional<EpochCursor> cursor;
-  std::vector<std::string> states;
+  std::vector<std::string> states, dispatcher_states;
   bool rescaled = false;
   if (resume_ && resume_->epoch == start.epoch && resume_->partial) {
     const auto& g = *resume_;
@@ -13,6 +13,7 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
         g.epoch, g.step,         g.take,          g.consumed,    g.saved_ranks, g.saved_batch_size,
         g.steps, g.layout_step0, g.layout_offset, g.layout_items};
     states = g.worker_states;
+    dispatcher_states = g.dispatcher_states;
     rescaled = g.rescaled;
   }
   SY_ASSIGN_OR_RETURN(auto plan,
@@ -46,6 +47,7 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
     u.epoch = start.epoch;
     u.epoch_key = key.key;
     u.channel = start.channels.size() == 1 ? start.channels[0] : start.channels[w];
+    u.route = start.route;
     u.rescaled = rescaled;
     if (rescaled) {
       u.stage_states = states;  // every saved state: the stages merge them
@@ -53,8 +55,21 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
       u.stage_states = {states[w]};
     }
   }
+  if (!start.route.empty()) {
+    if (job.dispatch == Dispatch::kNone)
+      return invalid_argument("epoch start names a route, but the job has no dispatch mode");
+    WorkUnit feed;
+    feed.rank = rank_;
+    feed.worker = w_count;  // not a worker: the dispatcher
+    feed.epoch = start.epoch;
+    feed.epoch_key = key.key;
+    feed.route = start.route;
+    feed.stage_states = dispatcher_states;
+    feed.rescaled = rescaled;
+    a.feed = std::move(feed);
+  }
   for (size_t k = 0; k < rp.shards.size(); ++k) {
-    auto& u = a.units[rp.worker_of[k]];
+    auto& u = a.feed ? *a.feed : a.units[rp.worker_of[k]];
     if (rp.take[k] == rp.consumed[k]) continue;
     u.shards.push_back(rp.shards[k]);
     u.take.push_back(rp.take[k]);
@@ -62,7 +77,7 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
   }
   if (cursor) resume_.reset();  // a restart of this epoch later starts it afresh
   epoch_ = start.epoch;
-  outstanding_ = w_count;
+  outstanding_ = w_count + (a.feed ? 1 : 0);
   items_done_ = bytes_done_ = 0;
   failure_.clear();
   return a;

@@ -6,7 +6,9 @@
 // order with how many items to take from each. It then tracks which units are out, done or
 // failed. After a resume grant (the coordinator's answer to a restored checkpoint), the
 // granted epoch is planned from the checkpoint's cursor: every shard starts where the
-// trainer stopped consuming, on this rank's share of the new topology.
+// trainer stopped consuming, on this rank's share of the new topology. When the epoch start
+// names a route (a dispatch mode), the dispatcher feeds the route from the rank's shards
+// and the workers take their items from it.
 //
 // Single-owner (the dispatcher actor).
 #pragma once
@@ -22,6 +24,10 @@ namespace shardyard::actors {
 struct EpochAssignment {
   EpochTicket ticket;
   std::vector<WorkUnit> units;  // one per worker (a worker with no shard gets an empty unit)
+  // Dispatch modes: what the dispatcher itself feeds into the route (the rank's pending
+  // shards in rank order, with its stages' saved states); the workers' units then name the
+  // route and no shard.
+  std::optional<WorkUnit> feed;
 };
 
 class DispatcherState {

@@ -24,7 +24,8 @@ JobInfo JobData::info() const {
 
 Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manifest, PlanSpec plan,
                                           Spec pipeline, Topology topology, uint32_t batch_size,
-                                          io::FileSystem* fs) {
+                                          io::FileSystem* fs, Dispatch dispatch,
+                                          uint32_t prefetch_shards) {
   auto job = std::make_shared<JobData>();
   job->index = ItemIndex(*manifest);
   const uint64_t n = job->index.num_items();
@@ -35,6 +36,21 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
     return invalid_argument(std::to_string(plan.logical_shards) + " logical shards for " +
                             std::to_string(n) +
                             " items: every logical shard needs at least one item");
+  dispatch = resolve_dispatch(pipeline, dispatch);
+  SY_ASSIGN_OR_RETURN(job->cut, cut_spec(pipeline, dispatch));
+  if (dispatch == Dispatch::kBroadcast) {
+    if (plan.worker_strategy != "contiguous" && plan.worker_strategy != "strided")
+      return invalid_argument(
+          "broadcast dispatch splits a loaded shard's items among workers "
+          "by the worker strategy 'contiguous' or 'strided', not '" +
+          plan.worker_strategy + "'");
+    plan.sequential = true;
+    // The loaded shard is the shuffle block: one read per source run, items permuted
+    // across the whole shard.
+    if (plan.chunk_items == 0)
+      plan.chunk_items = static_cast<uint32_t>(
+          std::min<uint64_t>(UINT32_MAX, (n + plan.logical_shards - 1) / plan.logical_shards));
+  }
   if (plan.chunk_items == 0) plan.chunk_items = default_chunk_items(*manifest, plan.logical_shards);
   if (topology.ranks == 0 || topology.workers == 0 || batch_size == 0)
     return invalid_argument("ranks, workers and batch size must each be at least 1");
@@ -53,6 +69,8 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
   job->topology = topology;
   job->batch_size = batch_size;
   job->fs = fs;
+  job->dispatch = dispatch;
+  job->prefetch_shards = std::max(1u, prefetch_shards);
   // The pool must be able to keep the buffers of the batches in flight (prefetched, being
   // built, held by the trainer) plus the open chunks, or every large batch is mapped and
   // page-faulted afresh. Size it from the mean sample size.

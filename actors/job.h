@@ -15,6 +15,7 @@
 #include "runtime/buffer.h"
 #include "runtime/manifest.h"
 #include "runtime/pipeline.h"
+#include "runtime/pipeline_cut.h"
 #include "runtime/shard.h"
 
 namespace shardyard::actors {
@@ -33,13 +34,22 @@ struct JobData {
   std::shared_ptr<io::DataPlane> data_plane;
   uint32_t packet_items = 128;       // items per data-plane packet
   uint64_t packet_bytes = 4u << 20;  // or fewer when they reach this many bytes
+  Dispatch dispatch = Dispatch::kNone;
+  SpecCut cut;                   // where each stage of `pipeline` runs
+  uint32_t prefetch_shards = 1;  // broadcast: logical shards loaded ahead of the one in use
 
   JobInfo info() const;
 };
 
-// Resolves defaults (L, chunk size) and validates the spec against the manifest.
+// Resolves defaults (L, chunk size, the dispatch mode) and validates the spec against the
+// manifest, and the pipeline's cut (runtime/pipeline_cut.h) for the dispatch mode: a
+// pipeline that cannot be cut fails here, before any epoch starts. Broadcast dispatch
+// orders each rank's shards one after another (PlanSpec::sequential), takes a whole
+// logical shard as its shuffle block unless chunk_items is set, and splits a loaded
+// shard's items among workers by the WORKER strategy, contiguous or strided.
 Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manifest, PlanSpec plan,
                                           Spec pipeline, Topology topology, uint32_t batch_size,
-                                          io::FileSystem* fs);
+                                          io::FileSystem* fs, Dispatch dispatch = Dispatch::kNone,
+                                          uint32_t prefetch_shards = 1);
 
 }  // namespace shardyard::actors

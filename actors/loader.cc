@@ -64,6 +64,7 @@ struct RankRoles {
   std::vector<worker_actor> workers;
   bool loader_open = false;                          // guarded by Impl::mu
   std::vector<std::weak_ptr<io::Channel>> channels;  // of the open epoch; guarded by Impl::mu
+  std::weak_ptr<io::Route> route;                    // of the open epoch; guarded by Impl::mu
 };
 
 struct Cluster::Impl {
@@ -108,7 +109,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   SY_ASSIGN_OR_RETURN(auto job,
                       make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
                                options.pipeline, Topology{options.world_size, options.workers},
-                               options.batch_size, &fs));
+                               options.batch_size, &fs, options.dispatch, options.prefetch_shards));
   job->exact_order = options.order == Order::kExact;
   d.job = job;
 
@@ -186,9 +187,11 @@ Status Cluster::shutdown() {
   // open channel first, so each worker finishes its unit and can acknowledge.
   {
     std::lock_guard<std::mutex> lock(d.mu);
-    for (auto& [r, roles] : d.ranks)
+    for (auto& [r, roles] : d.ranks) {
       for (auto& weak : roles.channels)
         if (auto ch = weak.lock()) ch->cancel();
+      if (auto route = roles.route.lock()) route->cancel();
+    }
   }
   {
     caf::scoped_actor self{*d.sys};
@@ -300,6 +303,10 @@ struct Loader::Restored {
   ResumePoint point;
   bool started = false;
   std::vector<std::shared_ptr<const std::string>> states;  // by worker
+  // This rank's own dispatcher and loader states (not after a rescale), which the cursor
+  // keeps until the next consumed item; the loader states its post stages restore from.
+  std::shared_ptr<const std::string> dispatcher_state, loader_state;
+  std::vector<std::string> loader_states;
 };
 
 Loader::Loader(std::shared_ptr<Cluster> cluster, uint32_t rank)
@@ -349,11 +356,22 @@ Status Loader::start_epoch(uint32_t epoch) {
   const uint32_t w_count = job.topology.workers;
   const bool exact = d.options.order == Order::kExact;
 
-  // Channels first, so workers find them when their units arrive.
+  // Channels (and the route) first, so workers find them when their units arrive.
   std::vector<std::shared_ptr<io::Channel>> channels;
-  EpochStart start{rank_, epoch, {}};
+  std::shared_ptr<io::Route> route;
+  EpochStart start{rank_, epoch, {}, {}};
   std::string base = "r" + std::to_string(rank_) + "/e" + std::to_string(epoch) + "/";
-  if (exact) {
+  if (job.dispatch != Dispatch::kNone) {
+    // Routed items come back on one channel and are put in order by position; the window
+    // covers every worker's queued packets plus the packets being filled.
+    const auto window = static_cast<uint32_t>(std::max<uint64_t>(
+        1024, uint64_t{job.packet_items} * w_count * (d.options.prefetch_packets + 2)));
+    start.route = base + "route";
+    route = job.data_plane->open_route(start.route, job.dispatch, w_count, window);
+    start.channels.push_back(base + "all");
+    channels.push_back(job.data_plane->open_channel(
+        start.channels.back(), w_count, static_cast<size_t>(d.options.prefetch_packets) * w_count));
+  } else if (exact) {
     for (uint32_t w = 0; w < w_count; ++w) {
       start.channels.push_back(base + "w" + std::to_string(w));
       channels.push_back(
@@ -374,14 +392,18 @@ Status Loader::start_epoch(uint32_t epoch) {
   }
   if (!ticket.is_ok()) {
     for (auto& c : channels) c->cancel();
+    if (route) route->cancel();
     return ticket.status();
   }
   {
     std::lock_guard<std::mutex> lock(d.mu);
-    auto& registered = d.ranks.at(rank_).channels;
-    registered.assign(channels.begin(), channels.end());
-    if (d.stopped)  // shut down while the epoch was starting
+    auto& registered = d.ranks.at(rank_);
+    registered.channels.assign(channels.begin(), channels.end());
+    registered.route = route;
+    if (d.stopped) {  // shut down while the epoch was starting
       for (auto& c : channels) c->cancel();
+      if (route) route->cancel();
+    }
   }
 
   epoch_ = std::make_unique<Epoch>();
@@ -391,13 +413,35 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
   std::vector<std::shared_ptr<const std::string>> states;
+  std::vector<std::string> loader_states;
+  std::shared_ptr<const std::string> dispatcher_state, loader_state;
+  bool rescaled = false;
   if (restored_ && !restored_->started && restored_->point.epoch == epoch) {
     restored_->started = true;
     states = restored_->states;
+    dispatcher_state = restored_->dispatcher_state;
+    loader_state = restored_->loader_state;
+    loader_states = restored_->loader_states;
+    rescaled = restored_->point.rescaled;
   }
-  e.cursor = RankCursor(*ticket, w_count, std::move(states));
+  WorkerInfo post_identity;
+  post_identity.rank = rank_;
+  post_identity.world_size = job.topology.ranks;
+  post_identity.num_workers = w_count;
+  post_identity.epoch = epoch;
+  post_identity.seed = job.plan.seed;
+  auto post = StageRunner::open(job, job.cut.merge_at, job.cut.size, post_identity, loader_states,
+                                rescaled);
+  if (!post.is_ok()) {
+    for (auto& c : channels) c->cancel();
+    if (route) route->cancel();
+    return post.status();
+  }
+  e.cursor = RankCursor(*ticket, w_count, std::move(states), std::move(dispatcher_state),
+                        std::move(loader_state));
   e.next_step = ticket->first_step;
-  e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels);
+  e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
+                                          route, std::move(post).value());
   const size_t threads = std::min<size_t>(e.depth, 2);
   for (size_t t = 0; t < threads; ++t) e.collators.emplace_back([&e] { e.collate(); });
   return Status::ok();
@@ -456,6 +500,10 @@ Status Loader::save(const std::string& dir) {
     return Status(e.error.code(), "cannot save a failed epoch: " + e.error.message());
   auto& d = *cluster_->impl_;
   if (d.stopped) return cancelled("the cluster was shut down");
+  if (d.job->dispatch != Dispatch::kNone && d.options.order != Order::kExact)
+    return invalid_argument(
+        "a checkpoint needs order=exact when a dispatcher routes items: with as_completed "
+        "the consumed items of a logical shard are not a prefix of its order");
   checkpoint_actor keeper;
   {
     std::lock_guard<std::mutex> lock(d.mu);
@@ -475,6 +523,8 @@ Status Loader::save(const std::string& dir) {
   req.layout_offset = t.layout_offset;
   req.layout_items = t.layout_items;
   req.worker_states = e.cursor.worker_states();
+  req.dispatcher_state = e.cursor.dispatcher_state();
+  req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
   caf::scoped_actor self{*d.sys};
   self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms), std::move(req))
@@ -509,9 +559,16 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
   auto r = std::make_unique<Restored>();
   r->point = ResumePoint{grant->epoch, grant->partial ? grant->step : 0, grant->generation,
                          grant->rescaled};
-  if (!grant->rescaled)
-    for (auto& s : grant->worker_states)
-      r->states.push_back(s.empty() ? nullptr : std::make_shared<const std::string>(std::move(s)));
+  auto shared = [](std::string s) {
+    return s.empty() ? nullptr : std::make_shared<const std::string>(std::move(s));
+  };
+  if (!grant->rescaled) {
+    for (auto& s : grant->worker_states) r->states.push_back(shared(std::move(s)));
+    if (!grant->dispatcher_states.empty())
+      r->dispatcher_state = shared(grant->dispatcher_states[0]);
+    if (!grant->loader_states.empty()) r->loader_state = shared(grant->loader_states[0]);
+  }
+  r->loader_states = grant->loader_states;
   restored_ = std::move(r);
   return restored_->point;
 }

@@ -31,6 +31,7 @@
 #include "io/manifest_scan.h"
 #include "runtime/batch.h"
 #include "runtime/pipeline.h"
+#include "runtime/pipeline_cut.h"
 #include "runtime/shard.h"
 
 namespace shardyard {
@@ -49,7 +50,19 @@ struct LoaderOptions {
   PlanSpec plan;  // L, seed, shuffle, drop_last, strategies
   Order order = Order::kExact;
   io::OnCorrupt on_corrupt = io::OnCorrupt::kFail;
-  Spec pipeline;                  // replicable stages run by every worker
+  // The pipeline: replicable stages (Spec::map) run by every worker, non-replicable ones
+  // (Spec::once) once per rank in its dispatcher, stages after Spec::merge() in the loader
+  // (runtime/pipeline_cut.h decides; a pipeline that cannot be cut fails open()).
+  Spec pipeline;
+  // How the dispatcher feeds the workers (runtime/pipeline_cut.h): kNone, every worker
+  // reads its own logical shards (the default; round robin when the pipeline has
+  // non-replicable stages); kRoundRobin or kOnRequest, the dispatcher reads and routes
+  // items; kBroadcast, the dispatcher loads whole logical shards, shared read-only by the
+  // workers, each taking its part of every shard's items (contiguous or strided, by
+  // plan.worker_strategy). Batches in exact order are the same in every mode but
+  // broadcast, whose rank order takes its shards one after another.
+  Dispatch dispatch = Dispatch::kNone;
+  uint32_t prefetch_shards = 1;   // broadcast: shards loaded ahead of the one in use
   uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
   uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 128 items or 4 MiB)
   // Where source bytes come from; null = io::default_file_system(): local paths, http://,

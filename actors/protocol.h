@@ -58,6 +58,7 @@ struct EpochStart {
   uint32_t rank = 0;
   uint32_t epoch = 0;
   std::vector<std::string> channels;  // size 1 (shared) or W
+  std::string route;  // dispatch modes: the route from the dispatcher to the workers
 };
 
 // The rank's share of the epoch, enough for the loader to merge worker output in order.
@@ -79,6 +80,9 @@ struct EpochTicket {
 
 // dispatcher -> worker: produce these shards' items of this epoch into `channel`, each
 // from its `consumed` position on; a resumed unit restores its stages from stage_states.
+// With a `route` the worker reads no shard itself: it takes what the dispatcher routes to it
+// (the reset-epoch message of docs/protocol.md, "Routing"). The dispatcher's own feed is a
+// unit of the rank's pending shards with the route and the dispatcher's stage states.
 struct WorkUnit {
   uint32_t rank = 0;
   uint32_t worker = 0;
@@ -90,6 +94,7 @@ struct WorkUnit {
   std::string channel;
   std::vector<std::string> stage_states;  // saved worker states (encode_stage_states)
   bool rescaled = false;                  // the states come from another topology
+  std::string route;
 };
 
 // worker -> dispatcher: the unit is finished (ok == false: `error` says why).
@@ -136,6 +141,8 @@ struct SaveRequest {
   uint64_t layout_offset = 0;
   uint64_t layout_items = 0;
   std::vector<std::string> worker_states;  // by worker of the rank
+  std::string dispatcher_state;            // the rank's non-replicable stages
+  std::string loader_state;                // the stages after the merge point
 };
 struct SaveDone {
   uint64_t generation = 0;
@@ -212,6 +219,10 @@ struct ResumeGrant {
   // Without a rescale: the saved state of each worker of this rank (by worker). After one:
   // every saved state, each handed to every worker (Stage::restore_state merges them).
   std::vector<std::string> worker_states;
+  // The same for the rank's dispatcher and loader stages: this rank's own saved state, or
+  // after a rescale every saved rank's (by saved rank).
+  std::vector<std::string> dispatcher_states;
+  std::vector<std::string> loader_states;
   bool rescaled = false;
   uint64_t generation = 0;
 };
@@ -261,7 +272,7 @@ typename Inspector::result_type inspect(Inspector& f, EpochKey& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochStart& x) {
-  return f(caf::meta::type_name("EpochStart"), x.rank, x.epoch, x.channels);
+  return f(caf::meta::type_name("EpochStart"), x.rank, x.epoch, x.channels, x.route);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochTicket& x) {
@@ -271,7 +282,7 @@ typename Inspector::result_type inspect(Inspector& f, EpochTicket& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkUnit& x) {
   return f(caf::meta::type_name("WorkUnit"), x.rank, x.worker, x.epoch, x.epoch_key, x.shards,
-           x.take, x.consumed, x.channel, x.stage_states, x.rescaled);
+           x.take, x.consumed, x.channel, x.stage_states, x.rescaled, x.route);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerDone& x) {
@@ -290,7 +301,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SaveRequest& x) {
   return f(caf::meta::type_name("SaveRequest"), x.dir, x.epoch, x.step, x.steps, x.layout_step0,
            x.epoch_complete, x.shards, x.take, x.consumed, x.layout_offset, x.layout_items,
-           x.worker_states);
+           x.worker_states, x.dispatcher_state, x.loader_state);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SaveDone& x) {
@@ -330,7 +341,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeGrant& x) {
   return f(caf::meta::type_name("ResumeGrant"), x.epoch, x.partial, x.step, x.take, x.consumed,
            x.saved_ranks, x.saved_batch_size, x.steps, x.layout_step0, x.layout_offset,
-           x.layout_items, x.worker_states, x.rescaled, x.generation);
+           x.layout_items, x.worker_states, x.dispatcher_states, x.loader_states, x.rescaled,
+           x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeAck&) {

@@ -192,6 +192,29 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
 
 // ---- dispatcher --------------------------------------------------------------------------
 
+// The dispatcher's feed of one epoch (dispatch modes): reads the rank's shards, runs the
+// non-replicable stages and routes their output, on its own thread (it blocks on reads and
+// on the loader's credit), then reports to the dispatcher like a worker does.
+void feed_fn(caf::blocking_actor* self, dispatcher_actor dispatcher,
+             std::shared_ptr<const JobData> job, uint32_t rank, WorkUnit unit) {
+  WorkerDone done{rank, unit.worker, unit.epoch, 0, 0, true, {}};
+  if (auto route = job->data_plane->attach_route(unit.route)) {
+    DispatchCore core(job, rank);
+    auto r = core.run(unit, *route);
+    if (r.is_ok()) {
+      done.items = r->items;
+      done.bytes = r->bytes;
+    } else {
+      done.ok = false;
+      done.error = r.status().to_string();
+    }
+  } else {
+    done.ok = false;
+    done.error = "dispatcher of rank " + std::to_string(rank) + ": no route '" + unit.route + "'";
+  }
+  self->send(dispatcher, done);
+}
+
 struct DispatcherActorState {
   std::unique_ptr<DispatcherState> core;
   coordinator_actor coordinator;
@@ -234,6 +257,9 @@ dispatcher_actor::behavior_type dispatcher_fn(
                               self->send(self->state.loader, failed);
                             });
                   }
+                  if (a->feed)
+                    self->spawn<caf::detached>(feed_fn, dispatcher_actor{self}, job, rank,
+                                               std::move(*a->feed));
                   rp.deliver(a->ticket);
                 },
                 [=](const caf::error& err) mutable { rp.deliver(err); });
@@ -243,6 +269,7 @@ dispatcher_actor::behavior_type dispatcher_fn(
         self->state.core->set_resume(grant);
         return ResumeAck{};
       },
+      [=](const WorkerDone& feed_done) { self->state.core->unit_done(feed_done); },
       [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
       [=](const ShutdownRequest&) -> ShutdownAck {
         self->state.workers.clear();

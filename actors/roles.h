@@ -29,10 +29,11 @@ using worker_actor = caf::typed_actor<caf::replies_to<WorkUnit>::with<WorkerDone
                                       caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
                                       caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
-using dispatcher_actor = caf::typed_actor<caf::replies_to<EpochStart>::with<EpochTicket>,
-                                          caf::replies_to<ResumeGrant>::with<ResumeAck>,
-                                          caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
-                                          caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
+using dispatcher_actor =
+    caf::typed_actor<caf::replies_to<EpochStart>::with<EpochTicket>,
+                     caf::replies_to<ResumeGrant>::with<ResumeAck>, caf::reacts_to<WorkerDone>,
+                     caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+                     caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
 using loader_actor = caf::typed_actor<caf::reacts_to<StepReport>, caf::reacts_to<RankEpochDone>,
                                       caf::reacts_to<WorkerDone>,

@@ -1,4 +1,5 @@
-// Data plane: how items move from workers to a rank's loader, apart from the control plane.
+// Data plane: how items move from a rank's dispatcher to its workers (Route) and from
+// workers to the rank's loader (Channel), apart from the control plane.
 //
 // Control messages (assignments, progress, errors) travel as CAF messages; the bytes of
 // items travel through Channels of a DataPlane. A Channel is a bounded queue of packets
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "runtime/item.h"
+#include "runtime/pipeline_cut.h"
 #include "runtime/status.h"
 
 namespace shardyard::io {
@@ -43,6 +45,62 @@ class Channel {
   virtual size_t depth() const = 0;
 };
 
+// A logical shard loaded whole by a rank's dispatcher and shared read-only with all of the
+// rank's workers (broadcast dispatch): its items from the consumed position on, in the
+// shard's epoch order, as views into buffers that the items keep alive. In process that is
+// one immutable copy whatever the number of workers; a shared-memory plane maps the same
+// bytes into every worker process and sends the items' offsets instead of pointers.
+struct SharedShard {
+  uint32_t shard = 0;           // logical shard
+  uint64_t first_position = 0;  // rank position of items[0]; the rest follow one by one
+  std::vector<Item> items;
+  uint64_t bytes = 0;  // bytes loaded for it
+};
+
+// What Route::receive hands a worker.
+struct Delivery {
+  enum class Kind { kItems, kShard, kEnd };
+  Kind kind = Kind::kItems;  // kItems with no items: nothing queued (receive without waiting)
+  std::vector<Item> items;   // kItems: routed items, each with its rank position
+  std::shared_ptr<const SharedShard> shard;  // kShard: take your part of it
+};
+
+// The hop from a rank's dispatcher to its workers for one epoch (docs/protocol.md,
+// "Routing"). The loader opens it, the dispatcher sends into it, each worker receives its
+// deliveries, and the loader credits what the trainer consumed:
+//   round robin  send(item) queues the item for worker position mod W;
+//   on request   send(item) queues it for whichever worker asks next;
+//   broadcast    send_shard(shard) queues the shard for every worker.
+// Backpressure: the dispatcher calls wait_consumed(p) before producing position p, and
+// that waits until the loader has consumed everything before p (for routed items
+// p - window, see RouteOptions), so the dispatcher never runs more than a bounded number
+// of items ahead of the slowest worker it feeds, and the loader's reorder buffer is
+// bounded too. finish() is the end of the epoch (or the error that stopped the dispatcher);
+// cancel() is its reset: every side's blocked call returns kCancelled.
+//
+// Thread-safe: one dispatcher thread sends, worker w's thread receives for w, the loader
+// credits; cancel() from anywhere.
+class Route {
+ public:
+  virtual ~Route() = default;
+  // Dispatcher side. send() and send_shard() never block.
+  virtual Status send(Item item) = 0;
+  virtual Status send_shard(std::shared_ptr<const SharedShard> shard) = 0;
+  virtual Status wait_consumed(uint64_t position) = 0;
+  virtual void finish(Status status) = 0;
+  // Worker side: the next delivery for `worker`; with wait == false an empty kItems when
+  // nothing is queued. kEnd once the dispatcher finished and the queue is drained; the
+  // dispatcher's error, or kCancelled after cancel().
+  virtual Result<Delivery> receive(uint32_t worker, bool wait) = 0;
+  // Loader side: every position before `position` has been consumed.
+  virtual void consumed(uint64_t position) = 0;
+  virtual uint64_t consumed_position() const = 0;  // the last credit (a cheap read)
+  virtual void cancel() = 0;
+  virtual Dispatch mode() const = 0;
+  virtual uint32_t window() const = 0;  // items the dispatcher may run ahead (routed modes)
+  virtual size_t depth() const = 0;     // deliveries queued now (for the monitor)
+};
+
 class DataPlane {
  public:
   virtual ~DataPlane() = default;
@@ -53,6 +111,12 @@ class DataPlane {
   // A producer finds a channel by the name it was told (in a control message); null when
   // no open channel has that name.
   virtual std::shared_ptr<Channel> attach(const std::string& name) = 0;
+  // The loader opens the route of an epoch (dispatch modes other than kNone) for `workers`
+  // workers; `window` bounds how far routed items run ahead of the loader. The dispatcher
+  // and the workers attach to it by name.
+  virtual std::shared_ptr<Route> open_route(const std::string& name, Dispatch mode,
+                                            uint32_t workers, uint32_t window) = 0;
+  virtual std::shared_ptr<Route> attach_route(const std::string& name) = 0;
   virtual const char* kind() const = 0;
 };
 

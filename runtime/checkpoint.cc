@@ -75,6 +75,8 @@ std::string encode_rank_checkpoint(const RankCheckpoint& c) {
   }
   w.u32(static_cast<uint32_t>(c.worker_states.size()));
   for (const auto& s : c.worker_states) w.str(s);
+  w.str(c.dispatcher_state);
+  w.str(c.loader_state);
   return seal(kRankMagic, kCheckpointFormatVersion, w.out);
 }
 
@@ -102,6 +104,10 @@ Result<RankCheckpoint> decode_rank_checkpoint(std::string_view bytes, const std:
   if (n > r.left() / kMinStrBytes) return corrupt(name + ": worker count is implausible");
   c.worker_states.resize(n);
   for (auto& s : c.worker_states) s = r.str();
+  if (env.version >= 2) {
+    c.dispatcher_state = r.str();
+    c.loader_state = r.str();
+  }
   if (!r.done()) return corrupt(name + ": checkpoint rank file body is malformed");
   return c;
 }
@@ -135,13 +141,14 @@ std::string encode_checkpoint_manifest(const CheckpointManifest& m) {
     w.u64(f.size);
     w.u64(f.checksum);
   }
-  return seal(kManifestMagic, kCheckpointFormatVersion, w.out);
+  return seal(kManifestMagic, kCheckpointManifestFormatVersion, w.out);
 }
 
 Result<CheckpointManifest> decode_checkpoint_manifest(std::string_view bytes,
                                                       const std::string& name) {
-  SY_ASSIGN_OR_RETURN(auto env, open_envelope(bytes, kManifestMagic, kCheckpointFormatVersion,
-                                              "checkpoint manifest", name));
+  SY_ASSIGN_OR_RETURN(auto env,
+                      open_envelope(bytes, kManifestMagic, kCheckpointManifestFormatVersion,
+                                    "checkpoint manifest", name));
   ByteReader r(env.body);
   CheckpointManifest m;
   m.generation = r.u64();

@@ -27,7 +27,10 @@
 
 namespace shardyard {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 1;
+// Rank files: version 2 added the dispatcher's and the loader's stage state; version 1
+// files still load. CHECKPOINT is unchanged since version 1.
+inline constexpr uint32_t kCheckpointFormatVersion = 2;
+inline constexpr uint32_t kCheckpointManifestFormatVersion = 1;
 inline constexpr char kCheckpointManifestName[] = "CHECKPOINT";
 
 // What a checkpoint must share with the job that resumes it.
@@ -73,6 +76,10 @@ struct RankCheckpoint {
   // Per worker of the rank: the saved state of its stateful stages (encode_stage_states),
   // as of the last item of that worker the trainer consumed; empty when none.
   std::vector<std::string> worker_states;
+  // The state of the rank's non-replicable stages: those of its dispatcher (as of the last
+  // item the trainer consumed) and those after the merge point, run by its loader.
+  std::string dispatcher_state;
+  std::string loader_state;
 };
 
 struct RankFileRef {

@@ -30,9 +30,15 @@ struct Item {
   std::vector<Field> fields;                        // sorted by name
   std::shared_ptr<const void> owner;                // what the fields were read into
   std::vector<std::shared_ptr<const void>> owners;  // further bytes (set_field, stages)
+  // Position in the rank's order of the epoch, set by a dispatcher that routes items to
+  // workers (the loader puts them back in order by it).
+  uint64_t position = 0;
+  uint32_t worker = 0;  // the worker of the rank that ran its replicable stages
   // Set by a worker whose pipeline has stateful stages: their encoded states right after
   // this item (runtime/checkpoint.h encode_stage_states), for checkpoints.
   std::shared_ptr<const std::string> stage_state;
+  // The same for the stateful stages of the rank's dispatcher.
+  std::shared_ptr<const std::string> dispatch_state;
 
   const Field* field(std::string_view name) const;
   uint64_t payload_bytes() const;

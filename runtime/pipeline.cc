@@ -77,7 +77,17 @@ ScopedWorkerInfo::ScopedWorkerInfo(const WorkerInfo* info) : previous_(t_worker)
 ScopedWorkerInfo::~ScopedWorkerInfo() { t_worker = previous_; }
 
 Spec& Spec::map(std::string type, StageParams params) {
-  stages_.push_back(StageSpec{std::move(type), std::move(params)});
+  stages_.push_back(StageSpec{std::move(type), std::move(params), true});
+  return *this;
+}
+
+Spec& Spec::once(std::string type, StageParams params) {
+  stages_.push_back(StageSpec{std::move(type), std::move(params), false});
+  return *this;
+}
+
+Spec& Spec::merge() {
+  if (merge_at_ == 0) merge_at_ = stages_.size() + 1;
   return *this;
 }
 
@@ -135,9 +145,14 @@ Result<std::unique_ptr<Stage>> StageRegistry::make(const StageSpec& spec) const 
 }
 
 Result<std::vector<std::unique_ptr<Stage>>> build_pipeline(const Spec& spec) {
+  return build_stages(spec, 0, spec.stages().size());
+}
+
+Result<std::vector<std::unique_ptr<Stage>>> build_stages(const Spec& spec, size_t begin,
+                                                         size_t end) {
   std::vector<std::unique_ptr<Stage>> out;
-  for (const auto& s : spec.stages()) {
-    SY_ASSIGN_OR_RETURN(auto stage, StageRegistry::global().make(s));
+  for (size_t i = begin; i < end && i < spec.stages().size(); ++i) {
+    SY_ASSIGN_OR_RETURN(auto stage, StageRegistry::global().make(spec.stages()[i]));
     out.push_back(std::move(stage));
   }
   return out;

@@ -3,9 +3,14 @@
 //
 // A Spec is a list of stage type names with string parameters. It is plain data so a
 // worker in another process builds the same pipeline from the same registry (register
-// user stages in every process before opening a loader). Stages in this release are
-// replicable maps: each worker runs its own instances on its own items. A stage that
-// keeps state across items declares it (Stage::has_state) so checkpoints can carry it.
+// user stages in every process before opening a loader). A stage is replicable (map():
+// every worker runs its own instance on its own items) or non-replicable (once(): one
+// instance per rank, fed every item of the rank in order). Stages after merge() run once
+// per rank in the loader, on the merged rank order (post-processing). Where each stage
+// runs is decided by cut_pipeline() (runtime/pipeline_cut.h): the prefix up to the last
+// non-replicable stage before the merge runs in the rank's dispatcher, the rest of the
+// stages before the merge in every worker. A stage that keeps state across items declares
+// it (Stage::has_state) so checkpoints can carry it.
 //
 // Per-item randomness comes from StageContext::rng, a counter-based stream keyed by
 // (seed, epoch, item id): an augmentation draws the same numbers whatever worker, rank or
@@ -38,6 +43,7 @@ struct WorkerInfo {
   uint32_t global_worker = 0;  // rank * num_workers + worker
   uint32_t epoch = 0;
   uint64_t seed = 0;
+  bool dispatcher = false;  // a non-replicable stage run by the rank's dispatcher
 };
 
 // The identity of the calling worker thread, or nullptr outside a worker (like torch's
@@ -89,17 +95,29 @@ using StageParams = std::map<std::string, std::string>;
 struct StageSpec {
   std::string type;
   StageParams params;
+  bool replicable = true;  // false: exactly one instance per rank
 };
 
-// The pipeline as data: Spec().map("decode", {...}).map("select_fields", {{"fields","a,b"}}).
+// The pipeline as data:
+//   Spec().once("dedupe").map("decode").map("crop", {{"size", "224"}}).merge().once("stats")
 class Spec {
  public:
+  // A replicable stage: every worker runs its own copy on its own items.
   Spec& map(std::string type, StageParams params = {});
+  // A non-replicable stage: one copy per rank sees every item of the rank, in rank order.
+  Spec& once(std::string type, StageParams params = {});
+  // The merge point: the stages added after it run in the loader, once per rank, on the
+  // merged rank order (post-processing).
+  Spec& merge();
   const std::vector<StageSpec>& stages() const { return stages_; }
   std::vector<StageSpec>& mutable_stages() { return stages_; }
+  // Index of the first stage after the merge point (stages().size() without one).
+  size_t merge_at() const { return merge_at_ ? merge_at_ - 1 : stages_.size(); }
+  bool has_merge() const { return merge_at_ != 0; }
 
  private:
   std::vector<StageSpec> stages_;
+  size_t merge_at_ = 0;  // 1 + index of the first post stage; 0 = no merge point
 };
 
 using StageFactory = std::function<Result<std::unique_ptr<Stage>>(const StageParams&)>;
@@ -124,5 +142,8 @@ class StageRegistry {
 
 // Builds every stage of a spec, failing on the first unknown type or bad parameter.
 Result<std::vector<std::unique_ptr<Stage>>> build_pipeline(const Spec& spec);
+// Builds stages [begin, end) of a spec.
+Result<std::vector<std::unique_ptr<Stage>>> build_stages(const Spec& spec, size_t begin,
+                                                         size_t end);
 
 }  // namespace shardyard

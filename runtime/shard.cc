@@ -148,6 +148,15 @@ std::vector<uint64_t> interleave_counts(const std::vector<uint64_t>& sizes, uint
   return sizes;  // positions >= total: everything taken
 }
 
+std::vector<uint64_t> sequential_counts(const std::vector<uint64_t>& sizes, uint64_t positions) {
+  std::vector<uint64_t> counts(sizes.size(), 0);
+  for (size_t i = 0; i < sizes.size() && positions > 0; ++i) {
+    counts[i] = std::min(sizes[i], positions);
+    positions -= counts[i];
+  }
+  return counts;
+}
+
 InterleaveCursor::InterleaveCursor(const std::vector<uint64_t>& sizes)
     : InterleaveCursor(sizes, {}) {}
 
@@ -226,7 +235,7 @@ namespace {
 
 // Every rank the same number of steps: enough for the largest share, or with drop_last as
 // many full batches as the smallest share holds (the others take fewer items).
-void lay_out_fresh(bool drop_last, EpochPlan* plan) {
+void lay_out_fresh(bool drop_last, bool sequential, EpochPlan* plan) {
   const uint32_t b = plan->batch_size;
   uint64_t max_steps = 0, min_steps = UINT64_MAX;
   for (const auto& rp : plan->ranks) {
@@ -236,7 +245,8 @@ void lay_out_fresh(bool drop_last, EpochPlan* plan) {
   plan->steps = drop_last ? min_steps : max_steps;
   for (auto& rp : plan->ranks) {
     if (drop_last) {
-      rp.take = interleave_counts(rp.take, plan->steps * b);
+      rp.take = sequential ? sequential_counts(rp.take, plan->steps * b)
+                           : interleave_counts(rp.take, plan->steps * b);
       rp.items = plan->steps * b;
     }
     rp.layout_items = rp.items;
@@ -367,7 +377,7 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
   if (resume) {
     SY_RETURN_IF_ERROR(lay_out_resumed(*resume, &plan));
   } else {
-    lay_out_fresh(spec.drop_last, &plan);
+    lay_out_fresh(spec.drop_last, spec.sequential, &plan);
   }
   return plan;
 }

@@ -129,6 +129,11 @@ struct PlanSpec {
   bool drop_last = false;  // every batch full; the epoch's tail beyond is not delivered
   std::string distributed_strategy = "strided";
   std::string worker_strategy = "strided";
+  // A rank's order takes its logical shards one after another (each shard's items in its
+  // epoch order) instead of interleaving them item by item: the order of broadcast
+  // dispatch, which holds one loaded shard at a time. Not part of a job's identity: a
+  // checkpoint's cursor is per logical shard, whatever the order that consumed it.
+  bool sequential = false;
 };
 
 struct Topology {
@@ -139,6 +144,9 @@ struct Topology {
 // Round-robin interleave counts: how many items of each sequence (sizes[i]) lie among the
 // first `positions` positions of the interleave. O(n log n).
 std::vector<uint64_t> interleave_counts(const std::vector<uint64_t>& sizes, uint64_t positions);
+
+// The same counts for a sequential order: the first shards whole, in list order.
+std::vector<uint64_t> sequential_counts(const std::vector<uint64_t>& sizes, uint64_t positions);
 
 // Walks a round-robin interleave of sequences with the given sizes: next() returns the
 // index of the sequence that owns the next position. Round r takes item r of every

@@ -60,7 +60,8 @@ TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
   auto k = round_trip(EpochKey{4, 0xfeedULL});
   EXPECT_EQ(k.epoch, 4u);
   EXPECT_EQ(k.key, 0xfeedULL);
-  auto es = round_trip(EpochStart{1, 2, {"r1/e2/w0", "r1/e2/w1"}});
+  auto es = round_trip(EpochStart{1, 2, {"r1/e2/w0", "r1/e2/w1"}, "r1/e2/route"});
+  EXPECT_EQ(es.route, "r1/e2/route");
   EXPECT_EQ(es.rank, 1u);
   EXPECT_EQ(es.epoch, 2u);
   EXPECT_EQ(es.channels, (std::vector<std::string>{"r1/e2/w0", "r1/e2/w1"}));
@@ -77,7 +78,8 @@ TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
   EXPECT_EQ(t.layout_offset, 7u);
   EXPECT_EQ(t.layout_items, 500u);
   auto u = round_trip(
-      WorkUnit{1, 2, 3, 0xabcULL, {7, 8}, {10, 11}, {1, 2}, "r1/e3/w2", {"s0", "s1"}, true});
+      WorkUnit{1, 2, 3, 0xabcULL, {7, 8}, {10, 11}, {1, 2}, "r1/e3/w2", {"s0", "s1"}, true, "rt"});
+  EXPECT_EQ(u.route, "rt");
   EXPECT_EQ(u.consumed, (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(u.stage_states, (std::vector<std::string>{"s0", "s1"}));
   EXPECT_TRUE(u.rescaled);
@@ -111,7 +113,9 @@ TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
 
 TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   auto sv = round_trip(
-      SaveRequest{"/ck", 2, 5, 9, 1, false, {4, 0}, {10, 11}, {3, 2}, 6, 15, {"w0", ""}});
+      SaveRequest{"/ck", 2, 5, 9, 1, false, {4, 0}, {10, 11}, {3, 2}, 6, 15, {"w0", ""}, "d", "l"});
+  EXPECT_EQ(sv.dispatcher_state, "d");
+  EXPECT_EQ(sv.loader_state, "l");
   EXPECT_EQ(sv.dir, "/ck");
   EXPECT_EQ(sv.step, 5u);
   EXPECT_EQ(sv.consumed, (std::vector<uint64_t>{3, 2}));
@@ -133,8 +137,10 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   auto off = round_trip(ResumeOffer{2, "/ck", std::string("SYCKPT\0\0", 8), {"a", "b"}});
   EXPECT_EQ(off.manifest.size(), 8u);
   EXPECT_EQ(off.rank_files.size(), 2u);
-  auto g = round_trip(
-      ResumeGrant{3, true, 5, {10, 11}, {3, 2}, 2, 8, 9, 0, {0, 0}, {21, 21}, {"w0"}, true, 8});
+  auto g = round_trip(ResumeGrant{
+      3, true, 5, {10, 11}, {3, 2}, 2, 8, 9, 0, {0, 0}, {21, 21}, {"w0"}, {"d0"}, {"l0"}, true, 8});
+  EXPECT_EQ(g.dispatcher_states, (std::vector<std::string>{"d0"}));
+  EXPECT_EQ(g.loader_states, (std::vector<std::string>{"l0"}));
   EXPECT_EQ(g.epoch, 3u);
   EXPECT_TRUE(g.partial);
   EXPECT_EQ(g.layout_items, (std::vector<uint64_t>{21, 21}));

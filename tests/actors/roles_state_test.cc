@@ -59,7 +59,7 @@ TEST(DispatcherStateTest, UnitsCoverTheRankShareOncePerWorker) {
   uint64_t items = 0;
   for (uint32_t r = 0; r < 2; ++r) {
     DispatcherState d(*job, r);
-    EpochStart start{r, 1, {"a", "b", "c"}};
+    EpochStart start{r, 1, {"a", "b", "c"}, {}};
     auto a = d.start_epoch(start, EpochKey{1, shardyard::epoch_key(9, 1)});
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_EQ(a->units.size(), 3u);

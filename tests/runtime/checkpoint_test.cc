@@ -187,7 +187,7 @@ TEST(CheckpointFormat, StartsWithItsOwnMagicAndTheFormatVersion) {
   EXPECT_EQ(std::memcmp(rank.data(), "SYCKRNK\0", 8), 0);
   EXPECT_EQ(std::memcmp(manifest.data(), "SYCKPT\0\0", 8), 0);
   EXPECT_EQ(load_le(rank.data() + 8, 4), kCheckpointFormatVersion);
-  EXPECT_EQ(load_le(manifest.data() + 8, 4), kCheckpointFormatVersion);
+  EXPECT_EQ(load_le(manifest.data() + 8, 4), kCheckpointManifestFormatVersion);
 }
 
 TEST(CheckpointFormat, RejectsEverySingleByteChangeAnywhere) {
