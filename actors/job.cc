@@ -29,8 +29,7 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
   job->index = ItemIndex(*manifest);
   const uint64_t n = job->index.num_items();
   if (n == 0) return invalid_argument("the dataset has no samples");
-  if (plan.logical_shards == 0)
-    plan.logical_shards = default_logical_shards(n, manifest->sources.size());
+  if (plan.logical_shards == 0) plan.logical_shards = default_logical_shards(*manifest);
   if (plan.logical_shards > n)
     return invalid_argument(std::to_string(plan.logical_shards) + " logical shards for " +
                             std::to_string(n) +
@@ -47,7 +46,7 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
     if (!StageRegistry::global().contains(s.type))
       return invalid_argument("unknown stage type '" + s.type + "' in the pipeline spec");
   job->manifest = std::move(manifest);
-  job->shards = LogicalShards(n, plan.logical_shards);
+  job->shards = make_logical_shards(*job->manifest, job->index, plan.logical_shards);
   job->plan = std::move(plan);
   job->pipeline = std::move(pipeline);
   job->topology = topology;
