@@ -30,8 +30,7 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
   job->index = ItemIndex(*manifest);
   const uint64_t n = job->index.num_items();
   if (n == 0) return invalid_argument("the dataset has no samples");
-  if (plan.logical_shards == 0)
-    plan.logical_shards = default_logical_shards(n, manifest->sources.size());
+  if (plan.logical_shards == 0) plan.logical_shards = default_logical_shards(*manifest);
   if (plan.logical_shards > n)
     return invalid_argument(std::to_string(plan.logical_shards) + " logical shards for " +
                             std::to_string(n) +
@@ -47,9 +46,12 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
     plan.sequential = true;
     // The loaded shard is the shuffle block: one read per source run, items permuted
     // across the whole shard.
-    if (plan.chunk_items == 0)
-      plan.chunk_items = static_cast<uint32_t>(
-          std::min<uint64_t>(UINT32_MAX, (n + plan.logical_shards - 1) / plan.logical_shards));
+    if (plan.chunk_items == 0) {
+      auto shards = make_logical_shards(*manifest, job->index, plan.logical_shards);
+      uint64_t largest = 1;
+      for (uint32_t j = 0; j < shards.count(); ++j) largest = std::max(largest, shards.size(j));
+      plan.chunk_items = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, largest));
+    }
   }
   if (plan.chunk_items == 0) plan.chunk_items = default_chunk_items(*manifest, plan.logical_shards);
   if (topology.ranks == 0 || topology.workers == 0 || batch_size == 0)
@@ -63,7 +65,7 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
     if (!StageRegistry::global().contains(s.type))
       return invalid_argument("unknown stage type '" + s.type + "' in the pipeline spec");
   job->manifest = std::move(manifest);
-  job->shards = LogicalShards(n, plan.logical_shards);
+  job->shards = make_logical_shards(*job->manifest, job->index, plan.logical_shards);
   job->plan = std::move(plan);
   job->pipeline = std::move(pipeline);
   job->topology = topology;

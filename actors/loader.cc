@@ -11,6 +11,7 @@
 #include "actors/merger.h"
 #include "actors/protocol.h"
 #include "actors/roles.h"
+#include "io/record_scan.h"
 
 namespace shardyard {
 
@@ -52,6 +53,7 @@ Status LoaderOptions::validate() const {
   if (workers == 0 || workers > 1024) return invalid_argument("workers must be 1..1024");
   if (batch_size == 0) return invalid_argument("batch_size must be at least 1");
   if (prefetch_packets == 0) return invalid_argument("prefetch_packets must be at least 1");
+  if (windows.enabled()) SY_RETURN_IF_ERROR(validate_window_spec(windows));
   return Status::ok();
 }
 
@@ -105,7 +107,14 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   if (options.use_manifest_cache)
     scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
   auto& fs = options.file_system ? *options.file_system : io::default_file_system();
-  SY_ASSIGN_OR_RETURN(auto manifest, io::build_manifest(fs, options.sources, scan, &d.report));
+  Manifest manifest;
+  if (options.windows.enabled()) {
+    // Stat calls only, never cached: cheaper than reading a cache (io/record_scan.h).
+    SY_ASSIGN_OR_RETURN(manifest, io::build_record_manifest(fs, options.sources, options.windows,
+                                                            options.scan_threads));
+  } else {
+    SY_ASSIGN_OR_RETURN(manifest, io::build_manifest(fs, options.sources, scan, &d.report));
+  }
   SY_ASSIGN_OR_RETURN(auto job,
                       make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
                                options.pipeline, Topology{options.world_size, options.workers},

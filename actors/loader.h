@@ -33,6 +33,7 @@
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
 #include "runtime/shard.h"
+#include "runtime/window.h"
 
 namespace shardyard {
 
@@ -43,6 +44,10 @@ enum class Order {
 
 struct LoaderOptions {
   std::vector<std::string> sources;  // paths, URLs, brace patterns, directories, s3 prefixes/
+  // Time-series windows over raw record files (docs/windows.md). length 0 (the default):
+  // the sources are tar shards. Otherwise every source is a file of record_bytes-sized
+  // records and the items are windows; the default L is then one logical shard per source.
+  WindowSpec windows;
   uint32_t rank = 0;
   uint32_t world_size = 1;
   uint32_t workers = 2;  // data workers per rank (threads in this placement)

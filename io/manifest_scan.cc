@@ -17,6 +17,7 @@
 
 #include "io/gzip.h"
 #include "io/http_util.h"
+#include "io/parallel.h"
 #include "io/tar.h"
 #include "runtime/hash.h"
 
@@ -130,20 +131,6 @@ Status scan_directory_source(FileSystem& fs, const SourceRef& ref, SourceEntry* 
     e->damage = empty.message();
   }
   return Status::ok();
-}
-
-// Runs fn(i) for i in [0, n) on `threads` threads (the caller's included).
-void parallel_for(size_t n, unsigned threads, const std::function<void(size_t)>& fn) {
-  std::atomic<size_t> next{0};
-  threads =
-      std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(std::min<size_t>(n, 4096))));
-  auto work = [&] {
-    for (size_t i = next++; i < n; i = next++) fn(i);
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
 }
 
 // Threads for work on these sources: remote requests wait on the network, not the CPU,
@@ -311,6 +298,10 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
 }
 
 Status save_manifest(const Manifest& m, const std::string& path) {
+  // Windows are implicit and the format has no place for a WindowSpec: a records manifest
+  // is rebuilt from stat calls every time (io/record_scan.h), never saved.
+  if (m.windows.enabled())
+    return invalid_argument(path + ": a windows (records) manifest is not saved; it is rebuilt");
   return write_file_atomic(path, encode_manifest(m), /*sync_dir=*/false);
 }
 

@@ -4,6 +4,7 @@
 
 #include "io/gzip.h"
 #include "io/tar.h"
+#include "runtime/window.h"
 
 namespace shardyard::io {
 
@@ -45,16 +46,31 @@ Status SampleReader::read(uint32_t source, uint64_t first, uint64_t last, uint64
                           std::vector<Item>* out) {
   const auto& src = manifest_->sources.at(source);
   if (first >= last) return Status::ok();
-  if (last > src.samples.size())
-    return internal_error(src.uri + ": asked for samples up to " + std::to_string(last) + " of " +
-                          std::to_string(src.samples.size()));
+  const uint64_t items = manifest_->source_items(source);
+  if (last > items)
+    return internal_error(src.uri + ": asked for items up to " + std::to_string(last) + " of " +
+                          std::to_string(items));
+  if (src.kind == SourceKind::kRecords) return read_records(source, first, last, id, out);
   if (src.kind == SourceKind::kDirectory) return read_dir(source, first, last, id, out);
   return read_tar(source, first, last, id, out);
 }
 
 void SampleReader::will_need(uint32_t source, uint64_t first, uint64_t last) {
   const auto& src = manifest_->sources.at(source);
-  if (src.kind != SourceKind::kTar || first >= last || last > src.samples.size()) return;
+  if (first >= last || last > manifest_->source_items(source)) return;
+  if (src.kind == SourceKind::kRecords) {
+    const auto& spec = manifest_->windows;
+    const auto range = window_records(spec, first, last);
+    const uint64_t own_end = std::min(range.end, src.records);
+    if (auto f = file(source); f.is_ok())
+      (*f)->will_need(range.begin * spec.record_bytes,
+                      static_cast<size_t>((own_end - range.begin) * spec.record_bytes));
+    if (range.end > src.records && source + 1 < manifest_->sources.size())
+      if (auto g = file(source + 1); g.is_ok())
+        (*g)->will_need(0, static_cast<size_t>((range.end - src.records) * spec.record_bytes));
+    return;
+  }
+  if (src.kind != SourceKind::kTar) return;
   auto f = file(source);
   if (!f.is_ok()) return;
   const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
@@ -144,6 +160,72 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
     return mismatch(base + size, "found " + std::to_string(sample - first) +
                                      " samples where the manifest has " +
                                      std::to_string(last - first));
+  return Status::ok();
+}
+
+Status SampleReader::read_records(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                                  std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  const auto& spec = manifest_->windows;
+  const uint64_t rb = spec.record_bytes;
+  const auto range = window_records(spec, first, last);
+  const uint64_t own_end = std::min(range.end, src.records);  // records read from this source
+  const uint64_t head = range.end - own_end;                  // records of the next source
+  if (head > 0 &&
+      (source + 1 >= manifest_->sources.size() || head > manifest_->sources[source + 1].records))
+    return internal_error(src.uri + ": windows up to " + std::to_string(last) +
+                          " run past the records that stitching can use");
+  const uint64_t own_bytes = (own_end - range.begin) * rb, head_bytes = head * rb;
+  const uint64_t total = own_bytes + head_bytes;
+  auto changed = [](const Status& st) {
+    return Status(st.code(), st.message() + " (changed since its manifest was built?)");
+  };
+  SY_ASSIGN_OR_RETURN(auto f, file(source));
+  if (f->size() != src.size_bytes)
+    return corrupt(src.uri + ": " + std::to_string(f->size()) + " bytes where the manifest has " +
+                   std::to_string(src.size_bytes) + " (changed since the run started)");
+
+  const uint8_t* data = nullptr;
+  std::shared_ptr<const void> owner;
+  if (head == 0 && total >= map_threshold_) {
+    auto mapped = f->map(range.begin * rb, static_cast<size_t>(total));
+    if (!mapped.is_ok()) return changed(mapped.status());
+    if (*mapped) {
+      data = (*mapped)->data();
+      owner = *mapped;
+    }
+  }
+  if (owner == nullptr) {
+    auto buf = pool_->acquire(static_cast<size_t>(total));
+    Status st = read_exact(*f, range.begin * rb, buf->data(), static_cast<size_t>(own_bytes));
+    if (!st.is_ok()) return changed(st);
+    if (head > 0) {
+      // Stitched: the next source's head follows this source's tail in the same buffer.
+      SY_ASSIGN_OR_RETURN(auto g, file(source + 1));
+      st = read_exact(*g, 0, buf->data() + own_bytes, static_cast<size_t>(head_bytes));
+      if (!st.is_ok()) return changed(st);
+    }
+    data = buf->data();
+    owner = std::move(buf);
+  }
+  bytes_read_ += total;
+
+  const std::string_view base = uri_base_name(src.uri);
+  const size_t x_bytes = static_cast<size_t>(spec.length * rb);
+  const uint64_t y_at = window_target_offset(spec);
+  out->reserve(out->size() + static_cast<size_t>(last - first));
+  for (uint64_t w = first; w < last; ++w) {
+    const uint64_t start = window_start(spec, w);
+    const uint8_t* at = data + (start - range.begin) * rb;
+    Item item;
+    item.id = id + (w - first);
+    item.key = window_key(base, start);
+    item.owner = owner;
+    item.fields.reserve(spec.target > 0 ? 2 : 1);
+    item.fields.push_back(Field{"x", at, x_bytes});
+    if (spec.target > 0) item.fields.push_back(Field{"y", at + y_at * rb, static_cast<size_t>(rb)});
+    out->push_back(std::move(item));
+  }
   return Status::ok();
 }
 

@@ -11,6 +11,15 @@
 // against the manifest (keys and member boundaries), so a shard that changed since its
 // manifest was built is reported as corrupt, not silently misread.
 //
+// A records source (a windows dataset, runtime/window.h) reads windows [first, last): the
+// records they cover, [first window's start, last window's start + span), with one
+// positioned read into one pooled buffer (or one mapping when the range is at least
+// `map_threshold_bytes`); when the last windows are stitched, the head of the next source
+// follows the tail in the same buffer (a second read, never a mapping). Every window's
+// fields ("x": LENGTH records, "y": the target record when TARGET > 0) are views into that
+// one buffer, so overlapping windows share bytes and no window is copied. Reading a whole
+// logical shard of windows as one buffer is one read() call over its item range.
+//
 // Single-owner: one SampleReader per worker thread (it caches open files).
 #pragma once
 
@@ -34,7 +43,7 @@ class SampleReader {
                std::shared_ptr<BufferPool> pool, size_t max_open_files = 64,
                size_t map_threshold_bytes = 256u << 10);
   ~SampleReader();
-  // Appends samples [first, last) of source `source` to `out`; item ids are
+  // Appends samples (or windows) [first, last) of source `source` to `out`; item ids are
   // first_item_id, first_item_id + 1, ... (shard is left for the caller to set).
   Status read(uint32_t source, uint64_t first, uint64_t last, uint64_t first_item_id,
               std::vector<Item>* out);
@@ -49,6 +58,8 @@ class SampleReader {
   Result<std::shared_ptr<RandomAccessFile>> file(uint32_t source);
   Status read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                   std::vector<Item>* out);
+  Status read_records(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                      std::vector<Item>* out);
   Status read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                   std::vector<Item>* out);
   Status parse(uint32_t source, const uint8_t* data, size_t size, std::shared_ptr<const void> owner,

@@ -17,20 +17,44 @@ const char* source_kind_name(SourceKind kind) {
       return "tar.gz";
     case SourceKind::kDirectory:
       return "directory";
+    case SourceKind::kRecords:
+      return "records";
   }
   return "unknown";
 }
 
+uint64_t Manifest::source_items(size_t i) const {
+  const auto& s = sources[i];
+  return s.kind == SourceKind::kRecords ? s.windows : s.samples.size();
+}
+
+std::string Manifest::item_key(size_t i, uint64_t index) const {
+  const auto& s = sources[i];
+  if (s.kind == SourceKind::kRecords)
+    return window_key(uri_base_name(s.uri), window_start(windows, index));
+  return s.samples[index].key;
+}
+
+uint64_t Manifest::window_payload_bytes() const {
+  if (!windows.enabled()) return 0;
+  return (windows.length + (windows.target > 0 ? 1 : 0)) * windows.record_bytes;
+}
+
 uint64_t Manifest::num_samples() const {
   uint64_t n = 0;
-  for (const auto& s : sources) n += s.samples.size();
+  for (size_t i = 0; i < sources.size(); ++i) n += source_items(i);
   return n;
 }
 
 uint64_t Manifest::payload_bytes() const {
   uint64_t n = 0;
-  for (const auto& s : sources)
+  for (const auto& s : sources) {
+    if (s.kind == SourceKind::kRecords) {
+      n += s.windows * window_payload_bytes();
+      continue;
+    }
     for (const auto& e : s.samples) n += e.payload_bytes;
+  }
   return n;
 }
 
@@ -52,18 +76,17 @@ std::string Manifest::fingerprint_hex() const {
   return buf;
 }
 
-static std::string_view base_name(std::string_view uri) {
-  while (!uri.empty() && uri.back() == '/') uri.remove_suffix(1);
-  auto slash = uri.rfind('/');
-  return slash == std::string_view::npos ? uri : uri.substr(slash + 1);
-}
-
 uint64_t compute_fingerprint(const Manifest& m) {
   Hasher h;
   h.add_u64(m.sources.size());
   for (const auto& s : m.sources) {
-    h.add_string(base_name(s.uri));
+    h.add_string(uri_base_name(s.uri));
     h.add_u64(static_cast<uint64_t>(s.kind));
+    if (s.kind == SourceKind::kRecords) {
+      h.add_u64(s.size_bytes);
+      h.add_u64(s.records);
+      continue;
+    }
     h.add_u64(s.samples.size());
     for (const auto& e : s.samples) {
       h.add_string(e.key);
@@ -71,6 +94,16 @@ uint64_t compute_fingerprint(const Manifest& m) {
       h.add_u64(e.end);
       h.add_u64(e.payload_bytes);
     }
+  }
+  // Only windows datasets hash a spec, so the fingerprints of tar datasets (and the
+  // checkpoints that name them) stay what they were.
+  if (m.windows.enabled()) {
+    h.add_string("windows");
+    h.add_u64(m.windows.record_bytes);
+    h.add_u64(m.windows.length);
+    h.add_u64(m.windows.stride);
+    h.add_u64(m.windows.target);
+    h.add_u64(m.windows.stitch ? 1 : 0);
   }
   return h.digest();
 }

@@ -2,10 +2,16 @@
 //
 // A manifest lists every source (a tar shard, a gzip-compressed tar shard, or a directory
 // of sample files) with its samples: key and where the sample's members lie. Planning
-// (logical shards, the global order, steps per epoch) is a pure function of the sample
+// (logical shards, the global order, steps per epoch) is a pure function of the item
 // counts; readers use the byte ranges to read a run of samples without scanning the source
 // again. Building a manifest needs I/O and lives in io/manifest_scan.h; this header is
 // plain data plus its versioned on-disk format (see docs/manifest-format.md).
+//
+// A windows dataset (docs/windows.md) has kRecords sources of fixed-size records and a
+// WindowSpec; its items are windows, implicit: a source stores its record and window
+// counts, never one entry per window. Code that needs a source's item count or an item's
+// key goes through source_items() and item_key(), which work for every kind. A records
+// manifest is built from stat calls (io/record_scan.h) and is never cached or encoded.
 //
 // Thread-compatible: a Manifest is immutable once built and may be shared read-only.
 #pragma once
@@ -17,6 +23,7 @@
 #include <vector>
 
 #include "runtime/status.h"
+#include "runtime/window.h"
 
 namespace shardyard {
 
@@ -24,6 +31,7 @@ enum class SourceKind : uint8_t {
   kTar = 0,        // seekable tar file: byte ranges are file offsets
   kTarGz = 1,      // gzip-compressed tar: byte ranges are offsets in the uncompressed stream
   kDirectory = 2,  // directory of sample files: ranges index `files`
+  kRecords = 3,    // raw fixed-size records; items are the manifest's windows (implicit)
 };
 const char* source_kind_name(SourceKind kind);
 
@@ -41,6 +49,10 @@ struct SourceEntry {
   int64_t mtime_ns = 0;     // modification time as scanned; a cache is stale when it differs
   std::vector<SampleEntry> samples;
   std::vector<std::string> files;  // kDirectory only: member files relative to uri, sorted
+  // kRecords only: size_bytes / record_bytes, and how many windows the source yields
+  // (window_count() with the next source's records).
+  uint64_t records = 0;
+  uint64_t windows = 0;
   // Set when the scan met damage and the policy was to skip it: the samples above are the
   // intact ones before `damaged_at`, a byte offset (or file index); the rest is skipped.
   bool damaged = false;
@@ -51,8 +63,15 @@ struct SourceEntry {
 struct Manifest {
   std::vector<SourceEntry> sources;
   uint64_t fingerprint = 0;  // see compute_fingerprint()
+  WindowSpec windows;        // enabled() iff the sources are kRecords
 
-  uint64_t num_samples() const;
+  // Items of source i: its samples, or its windows for a kRecords source.
+  uint64_t source_items(size_t i) const;
+  // Key of item `index` of source i: the sample's key, or "<base name>@<first record>".
+  std::string item_key(size_t i, uint64_t index) const;
+  // Payload bytes of one window (x, plus y with a target); 0 without windows.
+  uint64_t window_payload_bytes() const;
+  uint64_t num_samples() const;  // items of all sources (samples or windows)
   uint64_t payload_bytes() const;
   size_t num_damaged() const;
   // True when every source can be read at any sample without reading those before it.
@@ -63,7 +82,9 @@ struct Manifest {
 // The fingerprint identifies the dataset's content layout, not where it is stored: it
 // hashes each source's base name and kind and each sample's key and byte range, so the
 // same shards copied elsewhere (or served over HTTP) keep their fingerprint, while a
-// changed, added, removed or reordered shard changes it.
+// changed, added, removed or reordered shard changes it. A records source contributes its
+// base name, size and record count, and the WindowSpec is hashed too, so other windows
+// over the same files are another dataset.
 uint64_t compute_fingerprint(const Manifest& m);
 
 // Versioned binary encoding (magic "SYMANIF\0", format version, body, 64-bit checksum).

@@ -1,6 +1,7 @@
 #include "runtime/shard.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <set>
 
@@ -11,9 +12,9 @@ namespace shardyard {
 ItemIndex::ItemIndex(const Manifest& m) {
   starts_.reserve(m.sources.size() + 1);
   uint64_t at = 0;
-  for (const auto& s : m.sources) {
+  for (size_t s = 0; s < m.sources.size(); ++s) {
     starts_.push_back(at);
-    at += s.samples.size();
+    at += m.source_items(s);
   }
   starts_.push_back(at);
 }
@@ -37,6 +38,22 @@ uint32_t default_logical_shards(uint64_t num_items, size_t num_sources) {
     l = s * ((64 + s - 1) / s);
   }
   return static_cast<uint32_t>(std::max<uint64_t>(1, std::min(l, num_items)));
+}
+
+uint32_t default_logical_shards(const Manifest& m) {
+  if (m.windows.enabled() && !m.sources.empty())
+    return static_cast<uint32_t>(std::min<uint64_t>(m.sources.size(), UINT32_MAX));
+  return default_logical_shards(m.num_samples(), m.sources.size());
+}
+
+LogicalShards make_logical_shards(const Manifest& m, const ItemIndex& index, uint32_t count) {
+  if (m.windows.enabled() && count == m.sources.size() && count == index.num_sources()) {
+    std::vector<uint64_t> bounds(count + 1);
+    for (uint32_t s = 0; s < count; ++s) bounds[s] = index.source_begin(s);
+    bounds[count] = index.num_items();
+    return LogicalShards::from_bounds(std::move(bounds));
+  }
+  return LogicalShards(index.num_items(), count);
 }
 
 uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards) {
@@ -331,7 +348,7 @@ Result<EpochPlan> plan_epoch(const Manifest& manifest, const ItemIndex& index,
     if (infos[i].items > 0) {
       auto loc = index.locate(shards.begin(j));
       infos[i].first_source = manifest.sources[loc.source].uri;
-      infos[i].first_key = manifest.sources[loc.source].samples[loc.sample].key;
+      infos[i].first_key = manifest.item_key(loc.source, loc.sample);
     }
   }
   auto check = [](const std::vector<uint32_t>& a, size_t n, uint32_t parts,

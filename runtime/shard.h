@@ -56,14 +56,23 @@ class ItemIndex {
   std::vector<uint64_t> starts_;  // starts_[s] = first item id of source s; back() = N
 };
 
-// L balanced contiguous ranges of [0, N): shard j owns [j*N/L, (j+1)*N/L).
+// L contiguous ranges of [0, N). Balanced by default: shard j owns [j*N/L, (j+1)*N/L).
+// from_bounds() takes explicit boundaries instead (bounds[0] = 0, bounds[L] = N,
+// non-decreasing): one shard per source of a windows dataset (make_logical_shards()).
 class LogicalShards {
  public:
   LogicalShards() = default;
   LogicalShards(uint64_t num_items, uint32_t count) : n_(num_items), l_(count) {}
+  static LogicalShards from_bounds(std::vector<uint64_t> bounds) {
+    LogicalShards s(bounds.empty() ? 0 : bounds.back(),
+                    static_cast<uint32_t>(bounds.empty() ? 1 : bounds.size() - 1));
+    s.bounds_ = std::move(bounds);
+    return s;
+  }
   uint32_t count() const { return l_; }
   uint64_t num_items() const { return n_; }
   uint64_t begin(uint32_t j) const {
+    if (!bounds_.empty()) return bounds_[j];
     return static_cast<uint64_t>(static_cast<unsigned __int128>(j) * n_ / l_);
   }
   uint64_t end(uint32_t j) const { return begin(j + 1); }
@@ -72,12 +81,20 @@ class LogicalShards {
  private:
   uint64_t n_ = 0;
   uint32_t l_ = 1;
+  std::vector<uint64_t> bounds_;  // empty: balanced
 };
 
 // Default L: one logical shard per source when there are 64 to 256 sources; more sources
 // are grouped into 256 shards, fewer are cut into pieces so that L >= 64 (never more than
 // the number of items). Depends on the manifest only, never on the topology.
 uint32_t default_logical_shards(uint64_t num_items, size_t num_sources);
+// Default L of a manifest: one per source for a windows dataset (a source, e.g. a month, is
+// the unit the DISTRIBUTED level assigns), default_logical_shards(N, S) otherwise.
+uint32_t default_logical_shards(const Manifest& m);
+// The L logical shards of a manifest: for a windows dataset with L equal to its number of
+// sources, shard j owns exactly source j's windows; otherwise L balanced ranges. A pure
+// function of (manifest, L), so a resumed job gets the same shards.
+LogicalShards make_logical_shards(const Manifest& m, const ItemIndex& index, uint32_t count);
 
 // Default shuffle-block size: about max(64 KiB, 8 MiB / L) of payload per chunk (at least
 // one item). A worker holds one open chunk per logical shard it serves, so a rank holds

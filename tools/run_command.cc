@@ -34,6 +34,9 @@ struct RunArgs {
   std::vector<std::string> maps;
   std::string checkpoint_dir, resume_dir;
   uint64_t stop_after_steps = 0, checkpoint_every = 0;
+  std::string windows;  // "LENGTH:STRIDE[:TARGET]"; empty: the sources are tar shards
+  uint64_t record_bytes = 0;
+  bool record_bytes_given = false, stitch = false;
 };
 
 // "type" or "type:key=value;key=value".
@@ -233,6 +236,32 @@ int run(const RunArgs& args) {
     }
     opt.pipeline.map(s->type, s->params);
   }
+  if (args.windows.empty() != !args.record_bytes_given) {
+    print_error(args.windows.empty() ? "--record-bytes needs --windows LENGTH:STRIDE[:TARGET]"
+                                     : "--windows needs --record-bytes N (bytes per record)");
+    return 2;
+  }
+  if (args.stitch && args.windows.empty()) {
+    print_error("--stitch needs --windows and --record-bytes");
+    return 2;
+  }
+  if (!args.windows.empty()) {
+    WindowSpec base;
+    base.record_bytes = args.record_bytes;
+    base.stitch = args.stitch;
+    auto spec = parse_window_spec(args.windows, base);
+    if (!spec.is_ok()) {
+      print_error(spec.status().message());
+      return 2;
+    }
+    // Values (LENGTH, STRIDE, record bytes 0) are bad input, refused like a bad file.
+    Status valid = validate_window_spec(*spec);
+    if (!valid.is_ok()) {
+      print_error(valid.to_string());
+      return 1;
+    }
+    opt.windows = *spec;
+  }
   if (args.stop_after_steps > 0 && args.checkpoint_dir.empty()) {
     print_error("--stop-after-steps needs --checkpoint-dir (where to save before stopping)");
     return 2;
@@ -363,6 +392,13 @@ Command add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "load a dataset end to end and print a JSON summary");
   cmd->add_option("--source", args->sources, "shard paths, brace patterns or directories")
       ->required();
+  cmd->add_option("--windows", args->windows,
+                  "items are windows LENGTH:STRIDE[:TARGET] over raw record files "
+                  "(needs --record-bytes)");
+  cmd->add_option("--record-bytes", args->record_bytes, "bytes per record of --windows sources")
+      ->each([args](const std::string&) { args->record_bytes_given = true; });
+  cmd->add_flag("--stitch", args->stitch,
+                "complete a source's last windows with the head of the next source");
   cmd->add_option("--ranks", args->ranks, "ranks run in this process")
       ->check(CLI::Range(1u, 4096u));
   cmd->add_option("--workers", args->workers, "data workers per rank")
@@ -381,7 +417,7 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--on-corrupt", args->on_corrupt, "fail | skip")
       ->check(CLI::IsMember({"fail", "skip"}));
   cmd->add_option("--dump-keys", args->dump_dir,
-                  "write DIR/rank-<r>.tsv of every delivered sample");
+                  "write DIR/rank-<r>.tsv of every delivered sample (or window)");
   cmd->add_flag("--json", args->json, "print only the JSON summary");
   cmd->add_option("--prefetch-batches", args->prefetch_batches, "batches collated ahead per rank");
   cmd->add_option("--prefetch-packets", args->prefetch_packets,
