@@ -124,15 +124,20 @@ Result<ResumeGrant> CoordinatorState::resume(const ResumeOffer& offer) {
     if (g.rescaled) {
       for (auto& s : ckpt.worker_states())
         if (!s.empty()) g.worker_states.push_back(std::move(s));
+    } else {
+      g.worker_states = ckpt.ranks[offer.rank].worker_states;
+    }
+    // The dispatcher's and the loader's stages are one per rank: other workers change
+    // nothing for them, other ranks make them merge every rank's state.
+    g.ranks_changed = m.topology.ranks != job_.world_size;
+    if (g.ranks_changed) {
       for (const auto& r : ckpt.ranks) {
         if (!r.dispatcher_state.empty()) g.dispatcher_states.push_back(r.dispatcher_state);
         if (!r.loader_state.empty()) g.loader_states.push_back(r.loader_state);
       }
     } else {
-      const auto& own = ckpt.ranks[offer.rank];
-      g.worker_states = own.worker_states;
-      g.dispatcher_states = {own.dispatcher_state};
-      g.loader_states = {own.loader_state};
+      g.dispatcher_states = {ckpt.ranks[offer.rank].dispatcher_state};
+      g.loader_states = {ckpt.ranks[offer.rank].loader_state};
     }
   }
   return g;

@@ -6,7 +6,7 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
   const auto& job = *job_;
   std::optional<EpochCursor> cursor;
   std::vector<std::string> states, dispatcher_states;
-  bool rescaled = false;
+  bool rescaled = false, ranks_changed = false;
   if (resume_ && resume_->epoch == start.epoch && resume_->partial) {
     const auto& g = *resume_;
     cursor = EpochCursor{
@@ -15,6 +15,7 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
     states = g.worker_states;
     dispatcher_states = g.dispatcher_states;
     rescaled = g.rescaled;
+    ranks_changed = g.ranks_changed;
   }
   SY_ASSIGN_OR_RETURN(auto plan,
                       plan_epoch(*job.manifest, job.index, job.shards, job.plan, job.topology,
@@ -65,12 +66,13 @@ Result<EpochAssignment> DispatcherState::start_epoch(const EpochStart& start, co
     feed.epoch_key = key.key;
     feed.route = start.route;
     feed.stage_states = dispatcher_states;
-    feed.rescaled = rescaled;
+    feed.rescaled = ranks_changed;
     a.feed = std::move(feed);
   }
   for (size_t k = 0; k < rp.shards.size(); ++k) {
     auto& u = a.feed ? *a.feed : a.units[rp.worker_of[k]];
-    if (rp.take[k] == rp.consumed[k]) continue;
+    // The feed keeps consumed shards too: its rank positions start after all they held.
+    if (rp.take[k] == rp.consumed[k] && !a.feed) continue;
     u.shards.push_back(rp.shards[k]);
     u.take.push_back(rp.take[k]);
     u.consumed.push_back(rp.consumed[k]);

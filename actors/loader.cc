@@ -312,10 +312,12 @@ struct Loader::Restored {
   ResumePoint point;
   bool started = false;
   std::vector<std::shared_ptr<const std::string>> states;  // by worker
-  // This rank's own dispatcher and loader states (not after a rescale), which the cursor
-  // keeps until the next consumed item; the loader states its post stages restore from.
+  // This rank's own dispatcher and loader states (when the number of ranks is the same),
+  // which the cursor keeps until the next consumed item; the loader states its post stages
+  // restore from.
   std::shared_ptr<const std::string> dispatcher_state, loader_state;
   std::vector<std::string> loader_states;
+  bool ranks_changed = false;
 };
 
 Loader::Loader(std::shared_ptr<Cluster> cluster, uint32_t rank)
@@ -424,14 +426,14 @@ Status Loader::start_epoch(uint32_t epoch) {
   std::vector<std::shared_ptr<const std::string>> states;
   std::vector<std::string> loader_states;
   std::shared_ptr<const std::string> dispatcher_state, loader_state;
-  bool rescaled = false;
+  bool ranks_changed = false;
   if (restored_ && !restored_->started && restored_->point.epoch == epoch) {
     restored_->started = true;
     states = restored_->states;
     dispatcher_state = restored_->dispatcher_state;
     loader_state = restored_->loader_state;
     loader_states = restored_->loader_states;
-    rescaled = restored_->point.rescaled;
+    ranks_changed = restored_->ranks_changed;
   }
   WorkerInfo post_identity;
   post_identity.rank = rank_;
@@ -440,7 +442,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   post_identity.epoch = epoch;
   post_identity.seed = job.plan.seed;
   auto post = StageRunner::open(job, job.cut.merge_at, job.cut.size, post_identity, loader_states,
-                                rescaled);
+                                ranks_changed);
   if (!post.is_ok()) {
     for (auto& c : channels) c->cancel();
     if (route) route->cancel();
@@ -571,12 +573,14 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
   auto shared = [](std::string s) {
     return s.empty() ? nullptr : std::make_shared<const std::string>(std::move(s));
   };
-  if (!grant->rescaled) {
+  if (!grant->rescaled)
     for (auto& s : grant->worker_states) r->states.push_back(shared(std::move(s)));
+  if (!grant->ranks_changed) {
     if (!grant->dispatcher_states.empty())
       r->dispatcher_state = shared(grant->dispatcher_states[0]);
     if (!grant->loader_states.empty()) r->loader_state = shared(grant->loader_states[0]);
   }
+  r->ranks_changed = grant->ranks_changed;
   r->loader_states = grant->loader_states;
   restored_ = std::move(r);
   return restored_->point;

@@ -21,6 +21,7 @@ RankMerger::RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochT
   step_ = ticket_.first_step;
   for (auto c : ticket_.consumed) consumed_ += c;
   start_ = consumed_;
+  if (route_) route_->consumed(start_);  // a resumed epoch's positions start at its cursor
   if (route_ && exact_) {
     ring_.resize(route_->window());
     present_.assign(route_->window(), 0);

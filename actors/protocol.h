@@ -219,10 +219,11 @@ struct ResumeGrant {
   // Without a rescale: the saved state of each worker of this rank (by worker). After one:
   // every saved state, each handed to every worker (Stage::restore_state merges them).
   std::vector<std::string> worker_states;
-  // The same for the rank's dispatcher and loader stages: this rank's own saved state, or
-  // after a rescale every saved rank's (by saved rank).
+  // The same for the rank's dispatcher and loader stages (one instance per rank): this
+  // rank's own saved state, or when the number of ranks changed every saved rank's.
   std::vector<std::string> dispatcher_states;
   std::vector<std::string> loader_states;
+  bool ranks_changed = false;
   bool rescaled = false;
   uint64_t generation = 0;
 };
@@ -341,7 +342,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeGrant& x) {
   return f(caf::meta::type_name("ResumeGrant"), x.epoch, x.partial, x.step, x.take, x.consumed,
            x.saved_ranks, x.saved_batch_size, x.steps, x.layout_step0, x.layout_offset,
-           x.layout_items, x.worker_states, x.dispatcher_states, x.loader_states, x.rescaled,
+           x.layout_items, x.worker_states, x.dispatcher_states, x.loader_states, x.ranks_changed,
+           x.rescaled,
            x.generation);
 }
 template <class Inspector>

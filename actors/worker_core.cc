@@ -256,7 +256,8 @@ Status DispatchCore::broadcast(const WorkUnit& unit, io::Route& route, UnitStats
   size_t launched = 0;
   auto launch = [&]() -> Status {
     const size_t k = launched;
-    if (k > ahead) SY_RETURN_IF_ERROR(route.wait_consumed(first[k - ahead]));
+    if (k > ahead && unit.take[k] > unit.consumed[k])  // else: consumed before a resume
+      SY_RETURN_IF_ERROR(route.wait_consumed(first[k - ahead]));
     loading.push_back(std::async(std::launch::async, [this, &unit, &first, k]() {
       // Each load has its own reader (readers are single-owner); they share the pool.
       io::SampleReader reader(*job_->fs, job_->manifest, job_->pool);
@@ -282,7 +283,7 @@ Status DispatchCore::broadcast(const WorkUnit& unit, io::Route& route, UnitStats
     }
     stats->items += (*shard)->items.size();
     stats->bytes += (*shard)->bytes;
-    st = route.send_shard(std::move(shard).value());
+    if (!(*shard)->items.empty()) st = route.send_shard(std::move(shard).value());
     while (st.is_ok() && launched < count && launched <= k + ahead) st = launch();
   }
   for (auto& f : loading) f.wait();  // loads still running use `unit` and this reader's job

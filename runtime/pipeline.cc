@@ -1,6 +1,7 @@
 #include "runtime/pipeline.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 namespace shardyard {
@@ -59,6 +60,36 @@ class RenameStage : public Stage {
   std::string from_, to_;
 };
 
+// Numbers the items an instance sees: field `field` (default "seq") holds the decimal count
+// of items before this one. Its state is the count, so a resumed run continues it; after a
+// rescale the instance starts from the sum of the saved counts (the items all instances
+// had seen). Run once per rank (Spec::once) it numbers the rank order.
+class CountStage : public Stage {
+ public:
+  explicit CountStage(std::string field) : field_(std::move(field)) {}
+  Status process(Item& item, StageContext&) override {
+    item.set_field(field_, std::to_string(count_++));
+    return Status::ok();
+  }
+  bool has_state() const override { return true; }
+  std::string save_state() const override { return std::to_string(count_); }
+  Status restore_state(const std::vector<std::string>& saved, bool) override {
+    uint64_t total = 0;
+    for (const auto& s : saved) {
+      char* end = nullptr;
+      unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+      if (s.empty() || *end != '\0') return corrupt("count stage: saved state '" + s + "'");
+      total += v;
+    }
+    count_ = total;
+    return Status::ok();
+  }
+
+ private:
+  std::string field_;
+  uint64_t count_ = 0;
+};
+
 class FnStage : public Stage {
  public:
   explicit FnStage(MapFn fn) : fn_(std::move(fn)) {}
@@ -105,6 +136,10 @@ StageRegistry::StageRegistry() {
   factories_["drop_fields"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
     SY_ASSIGN_OR_RETURN(auto fields, require(p, "drop_fields", "fields"));
     return std::unique_ptr<Stage>(new FieldListStage(split_list(fields), false));
+  };
+  factories_["count"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
+    auto it = p.find("field");
+    return std::unique_ptr<Stage>(new CountStage(it == p.end() ? "seq" : it->second));
   };
   factories_["rename_field"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
     SY_ASSIGN_OR_RETURN(auto from, require(p, "rename_field", "from"));

@@ -126,7 +126,8 @@ using MapFn = std::function<Status(Item&, StageContext&)>;
 StageFactory map_stage(MapFn fn);
 
 // Built in: "select_fields" (fields=a,b: keep only these), "drop_fields" (fields=a,b),
-// "rename_field" (from=x, to=y).
+// "rename_field" (from=x, to=y), "count" (field=seq: numbers the items an instance sees;
+// stateful).
 class StageRegistry {
  public:
   static StageRegistry& global();

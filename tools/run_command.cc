@@ -33,6 +33,8 @@ struct RunArgs {
   std::string distributed_strategy = "strided", worker_strategy = "strided";
   std::vector<std::string> maps;
   std::string checkpoint_dir, resume_dir;
+  std::string dispatch = "none";
+  uint32_t prefetch_sources = 1;
   uint64_t stop_after_steps = 0, checkpoint_every = 0;
   std::string windows;  // "LENGTH:STRIDE[:TARGET]"; empty: the sources are tar shards
   uint64_t record_bytes = 0;
@@ -228,14 +230,37 @@ int run(const RunArgs& args) {
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
   opt.use_manifest_cache = !args.no_cache;
   opt.cache_dir = args.cache_dir;
+  // --map [once/|post/]TYPE[:k=v;...]: once/ marks a non-replicable stage, post/ puts the
+  // stage (and every later one) after the merge point, in the loader.
   for (const auto& m : args.maps) {
-    auto s = parse_stage(m);
+    std::string text = m;
+    bool once = false, post = false;
+    if (text.rfind("once/", 0) == 0) {
+      once = true;
+      text = text.substr(5);
+    } else if (text.rfind("post/", 0) == 0) {
+      post = true;
+      text = text.substr(5);
+    }
+    auto s = parse_stage(text);
     if (!s.is_ok()) {
       print_error(s.status().message());
       return 2;
     }
-    opt.pipeline.map(s->type, s->params);
+    if (post) opt.pipeline.merge();
+    if (once) {
+      opt.pipeline.once(s->type, s->params);
+    } else {
+      opt.pipeline.map(s->type, s->params);
+    }
   }
+  auto dispatch = parse_dispatch(args.dispatch);
+  if (!dispatch.is_ok()) {
+    print_error(dispatch.status().message());
+    return 2;
+  }
+  opt.dispatch = *dispatch;
+  opt.prefetch_shards = args.prefetch_sources;
   if (args.windows.empty() != !args.record_bytes_given) {
     print_error(args.windows.empty() ? "--record-bytes needs --windows LENGTH:STRIDE[:TARGET]"
                                      : "--windows needs --record-bytes N (bytes per record)");
@@ -353,6 +378,7 @@ int run(const RunArgs& args) {
   j["workers"] = args.workers;
   j["batch_size"] = args.batch_size;
   j["logical_shards"] = (*cluster)->logical_shards();
+  j["dispatch"] = args.dispatch;
   j["steps_per_epoch"] = results.empty() ? 0 : results[0].steps_per_epoch;
   j["sources"] = (*cluster)->manifest().sources.size();
   j["fingerprint"] = (*cluster)->manifest().fingerprint_hex();
@@ -426,7 +452,16 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--cache-dir", args->cache_dir, "manifest cache folder");
   cmd->add_option("--distributed-strategy", args->distributed_strategy, "contiguous | strided");
   cmd->add_option("--worker-strategy", args->worker_strategy, "contiguous | strided");
-  cmd->add_option("--map", args->maps, "a stage: TYPE[:key=value;key=value] (repeatable)");
+  cmd->add_option("--map", args->maps,
+                  "a stage: [once/|post/]TYPE[:key=value;key=value] (repeatable, in order; "
+                  "once/: non-replicable, post/: after the merge point, in the loader)");
+  cmd->add_option("--dispatch", args->dispatch,
+                  "how the dispatcher feeds workers: none (each worker reads its own shards) | "
+                  "round_robin | on_request | broadcast (whole logical shards, shared)")
+      ->check(CLI::IsMember({"none", "round_robin", "on_request", "broadcast"}));
+  cmd->add_option("--prefetch-sources", args->prefetch_sources,
+                  "broadcast: logical shards loaded ahead of the one in use")
+      ->check(CLI::Range(1u, 64u));
   cmd->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "save checkpoints here (at the end of every epoch, or see below)");
   cmd->add_option("--stop-after-steps", args->stop_after_steps,

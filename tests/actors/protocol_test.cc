@@ -138,7 +138,7 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   EXPECT_EQ(off.manifest.size(), 8u);
   EXPECT_EQ(off.rank_files.size(), 2u);
   auto g = round_trip(ResumeGrant{
-      3, true, 5, {10, 11}, {3, 2}, 2, 8, 9, 0, {0, 0}, {21, 21}, {"w0"}, {"d0"}, {"l0"}, true, 8});
+      3, true, 5, {10, 11}, {3, 2}, 2, 8, 9, 0, {0, 0}, {21, 21}, {"w0"}, {"d0"}, {"l0"}, false, true, 8});
   EXPECT_EQ(g.dispatcher_states, (std::vector<std::string>{"d0"}));
   EXPECT_EQ(g.loader_states, (std::vector<std::string>{"l0"}));
   EXPECT_EQ(g.epoch, 3u);
