@@ -13,7 +13,8 @@
 //   4. a rank's order interleaves its logical shards item by item, round robin in the
 //      epoch order (a shard that runs out drops out of the round). A worker's order is the
 //      same interleave restricted to its shards, so the loader can merge worker output
-//      back into the exact rank order.
+//      back into the exact rank order. With PlanSpec::sequential (broadcast dispatch) the
+//      rank order takes its shards one after another instead.
 // With strided DISTRIBUTED assignment, R dividing L and L dividing N (equal logical shards),
 // rank r's order is the global order's positions r, r+R, r+2R, ..., so the global batch at
 // each step is the same set of items for every R with the same R x B. When L does not

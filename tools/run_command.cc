@@ -378,7 +378,7 @@ int run(const RunArgs& args) {
   j["workers"] = args.workers;
   j["batch_size"] = args.batch_size;
   j["logical_shards"] = (*cluster)->logical_shards();
-  j["dispatch"] = args.dispatch;
+  j["dispatch"] = dispatch_name(resolve_dispatch(opt.pipeline, opt.dispatch));
   j["steps_per_epoch"] = results.empty() ? 0 : results[0].steps_per_epoch;
   j["sources"] = (*cluster)->manifest().sources.size();
   j["fingerprint"] = (*cluster)->manifest().fingerprint_hex();
