@@ -177,9 +177,10 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
         const uint64_t window = route.window();
         for (uint64_t i = begin; i < end; i += step) {
           const uint64_t position = shard.first_position + i;
-          // Every worker produces positions of the same shard: none runs more than the
-          // window ahead of the loader, which bounds the loader's reorder buffer.
-          if (position >= route.consumed_position() + window) {
+          // Every worker produces positions of the same shard: in exact order none runs
+          // more than the window ahead of the loader, which bounds the loader's reorder
+          // buffer (as completed, the channel's capacity is the only bound needed).
+          if (job.exact_order && position >= route.consumed_position() + window) {
             SY_RETURN_IF_ERROR(packer.flush());
             SY_RETURN_IF_ERROR(route.wait_consumed(position + 1 - window));
           }
