@@ -21,6 +21,7 @@ RankMerger::RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochT
   step_ = ticket_.first_step;
   for (auto c : ticket_.consumed) consumed_ += c;
   start_ = consumed_;
+  taken_ = consumed_;
   if (route_) route_->consumed(start_);  // a resumed epoch's positions start at its cursor
   if (route_ && exact_) {
     ring_.resize(route_->window());
@@ -38,6 +39,7 @@ Result<Item> RankMerger::take_position(uint64_t position) {
   while (!present_[position % size]) {
     auto& p = pending_[0];
     p.packet.items.clear();
+    credit_taken();  // before blocking: the workers may wait for it
     SY_ASSIGN_OR_RETURN(bool got, channels_[0]->pop(&p.packet));
     if (!got)
       return internal_error("rank " + std::to_string(rank_) + ": the workers ended early at item " +
@@ -59,6 +61,14 @@ Result<Item> RankMerger::take_position(uint64_t position) {
   return std::move(ring_[position % size]);
 }
 
+// A step's items may come from more positions than the route lets the dispatcher and the
+// workers run ahead of the last credit (a batch larger than the window, or, in broadcast,
+// than the shards loaded ahead), so the credit cannot wait for the step's end: what the
+// step took so far is credited whenever the merger is about to block for more.
+void RankMerger::credit_taken() {
+  if (route_) route_->consumed(taken_);
+}
+
 uint64_t RankMerger::batch_begin(uint64_t step) const {
   const auto& t = ticket_;
   return t.layout_offset + shardyard::batch_begin(t.layout_items, t.steps - t.layout_step0,
@@ -70,6 +80,7 @@ Result<Item> RankMerger::take(uint32_t ch) {
   while (p.left() == 0) {
     p.packet.items.clear();
     p.next = 0;
+    credit_taken();  // before blocking: the workers may wait for it
     SY_ASSIGN_OR_RETURN(bool got, channels_[ch]->pop(&p.packet));
     if (!got)
       return internal_error("rank " + std::to_string(rank_) + ": worker channel " +
@@ -95,6 +106,7 @@ Result<bool> RankMerger::take_step(std::vector<Item>* items, uint64_t* step,
   for (uint64_t i = 0; i < n; ++i) {
     uint32_t k;
     Item it;
+    taken_ = consumed_ + i;
     if (route_) {
       if (exact_) {
         SY_ASSIGN_OR_RETURN(it, take_position(consumed_ + i));

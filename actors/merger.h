@@ -5,7 +5,8 @@
 // same whatever the number of workers. With a dispatcher that routes items (a route), the
 // workers share one channel and every item carries its rank position: the merger puts them
 // back in order in a reorder buffer as large as the route's window, and credits the route
-// with what it took, which is the route's backpressure. In as-completed order it takes
+// with what it took (whenever it is about to block for more, so a batch may span more than
+// the window), which is the route's backpressure. In as-completed order it takes
 // items as they arrive on one channel shared by all workers (exactly once still holds, the
 // order does not). Stages after the pipeline's merge point run here, on the rank order.
 // Batch sizes follow the epoch plan (equal step counts on every rank); a resumed epoch
@@ -88,6 +89,7 @@ class RankMerger {
   Result<Item> take(uint32_t channel);
   Result<Item> take_position(uint64_t position);  // route: reorder by rank position
   Status check_drained();
+  void credit_taken();  // credits the route with the items taken so far (taken_)
   // Same layout as EpochPlan::batch_begin, from the ticket.
   uint64_t batch_begin(uint64_t step) const;
 
@@ -115,6 +117,7 @@ class RankMerger {
   uint64_t start_ = 0;   // rank position of the epoch's first delivered item
   uint64_t step_ = 0;
   uint64_t consumed_ = 0;
+  uint64_t taken_ = 0;  // consumed_ plus the items of the step being taken
 };
 
 }  // namespace shardyard::actors
