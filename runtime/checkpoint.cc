@@ -44,7 +44,9 @@ Status check_same_job(const CheckpointJob& saved, const CheckpointJob& now) {
                   std::to_string(now.logical_shards));
   if (saved.chunk_items != now.chunk_items)
     return differ("the shuffle block (chunk items)", std::to_string(saved.chunk_items),
-                  std::to_string(now.chunk_items));
+                  std::to_string(now.chunk_items) +
+                      " (broadcast dispatch takes a whole logical shard as its block unless "
+                      "the chunk size is given: give the same one to both runs)");
   if (saved.seed != now.seed)
     return differ("the seed", std::to_string(saved.seed), std::to_string(now.seed));
   if (saved.shuffle != now.shuffle)

@@ -78,7 +78,8 @@ class CountStage : public Stage {
     for (const auto& s : saved) {
       char* end = nullptr;
       unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-      if (s.empty() || *end != '\0') return corrupt("count stage: saved state '" + s + "'");
+      if (s.empty() || s[0] < '0' || s[0] > '9' || *end != '\0')
+        return corrupt("count stage: saved state '" + s + "'");
       total += v;
     }
     count_ = total;

@@ -287,6 +287,13 @@ int run(const RunArgs& args) {
     }
     opt.windows = *spec;
   }
+  if (!args.checkpoint_dir.empty() && args.order == "as_completed" &&
+      resolve_dispatch(opt.pipeline, opt.dispatch) != Dispatch::kNone) {
+    print_error(
+        "--checkpoint-dir needs --order exact when a dispatcher routes items: with "
+        "as_completed the consumed items of a logical shard are not a prefix of its order");
+    return 2;
+  }
   if (args.stop_after_steps > 0 && args.checkpoint_dir.empty()) {
     print_error("--stop-after-steps needs --checkpoint-dir (where to save before stopping)");
     return 2;

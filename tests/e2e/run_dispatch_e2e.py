@@ -190,8 +190,8 @@ def case_bad_input(tmp):
     expect(["--dispatch", "broadcast", "--worker-strategy", "by-something"], 1,
            ["broadcast", "'by-something'"], "broadcast + unknown worker strategy")
     expect(["--dispatch", "round_robin", "--order", "as_completed", "--checkpoint-dir",
-            os.path.join(tmp, "ck"), "--stop-after-steps", 2], 1,
-           ["order=exact", "as_completed"], "as_completed + dispatch + checkpoint")
+            os.path.join(tmp, "ck"), "--stop-after-steps", 2], 2,
+           ["--order exact", "as_completed"], "as_completed + dispatch + checkpoint, at start")
     check(not os.path.exists(os.path.join(tmp, "ck", "CHECKPOINT")),
           "a refused save still wrote a checkpoint")
     expect(["--map", "once/nosuchstage"], 1, ["'nosuchstage'"], "unknown once/ stage")
