@@ -6,7 +6,6 @@ Each case stops a run after some steps with --checkpoint-dir/--stop-after-steps,
 with --resume (at the same or another topology) and compares the --dump-keys output of the
 pieces with an uninterrupted run. Exit 0 = pass.
 """
-import argparse
 import collections
 import json
 import os
@@ -15,7 +14,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -328,20 +326,7 @@ CASES = {n[len("case_"):]: f for n, f in globals().items() if n.startswith("case
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardyard", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    base.ARGS = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="shardyard-ckpt-e2e-")
-    try:
-        CASES[base.ARGS.case](tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if base.FAILS:
-        print(f"{len(base.FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("ok")
-    return 0
+    return base.run_cases(CASES, "shardyard-ckpt-e2e")
 
 
 if __name__ == "__main__":

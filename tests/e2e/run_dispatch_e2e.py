@@ -9,12 +9,10 @@ generator wrote, stop + resume (--checkpoint-dir/--stop-after-steps, --resume) a
 uninterrupted run, with once/ and post/ count stages whose state the checkpoint carries.
 Exit 0 = pass.
 """
-import argparse
 import collections
 import os
 import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -203,20 +201,7 @@ CASES = {n[len("case_"):]: f for n, f in globals().items() if n.startswith("case
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardyard", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    base.ARGS = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="shardyard-dispatch-e2e-")
-    try:
-        CASES[base.ARGS.case](tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if base.FAILS:
-        print(f"{len(base.FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("ok")
-    return 0
+    return base.run_cases(CASES, "shardyard-dispatch-e2e")
 
 
 if __name__ == "__main__":

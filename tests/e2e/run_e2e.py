@@ -436,5 +436,25 @@ def main():
     return 0
 
 
+def run_cases(cases, prefix):
+    """The main() of the e2e scripts: runs the case named on the command line in a fresh
+    temporary directory; exit status 0 when every check passed."""
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardyard", required=True)
+    ap.add_argument("case", choices=sorted(cases))
+    ARGS = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix=f"{prefix}-")
+    try:
+        cases[ARGS.case](tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if FAILS:
+        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
+        return 1
+    print("ok")
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main())

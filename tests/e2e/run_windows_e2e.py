@@ -7,7 +7,6 @@ Writes month files of fixed-size records with Python's struct (no numpy), runs
 checks the dumped keys, sizes and digests against windows Python cuts from the same bytes
 (docs/windows.md). Exit 0 = pass.
 """
-import argparse
 import collections
 import hashlib
 import os
@@ -15,7 +14,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -213,20 +211,7 @@ CASES = {n[len("case_"):]: f for n, f in globals().items() if n.startswith("case
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardyard", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    base.ARGS = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="shardyard-windows-e2e-")
-    try:
-        CASES[base.ARGS.case](tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if base.FAILS:
-        print(f"{len(base.FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("ok")
-    return 0
+    return base.run_cases(CASES, "shardyard-windows-e2e")
 
 
 if __name__ == "__main__":
