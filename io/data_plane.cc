@@ -223,38 +223,43 @@ class InprocDataPlane : public DataPlane {
  public:
   std::shared_ptr<Channel> open_channel(const std::string& name, uint32_t producers,
                                         size_t capacity) override {
-    auto ch = std::make_shared<InprocChannel>(producers, capacity);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = channels_.begin(); it != channels_.end();)  // forget closed ones
-      it = it->second.expired() ? channels_.erase(it) : std::next(it);
-    channels_[name] = ch;
-    return ch;
+    return remember(channels_, name, std::make_shared<InprocChannel>(producers, capacity));
   }
   std::shared_ptr<Channel> attach(const std::string& name) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = channels_.find(name);
-    return it == channels_.end() ? nullptr : it->second.lock();
+    return find(channels_, name);
   }
   std::shared_ptr<Route> open_route(const std::string& name, Dispatch mode, uint32_t workers,
                                     uint32_t window) override {
-    auto route = std::make_shared<InprocRoute>(mode, workers, window);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = routes_.begin(); it != routes_.end();)
-      it = it->second.expired() ? routes_.erase(it) : std::next(it);
-    routes_[name] = route;
-    return route;
+    return remember(routes_, name, std::make_shared<InprocRoute>(mode, workers, window));
   }
   std::shared_ptr<Route> attach_route(const std::string& name) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = routes_.find(name);
-    return it == routes_.end() ? nullptr : it->second.lock();
+    return find(routes_, name);
   }
   const char* kind() const override { return "inproc"; }
 
  private:
+  template <typename T>
+  using Names = std::map<std::string, std::weak_ptr<T>>;
+  // Names `opened` (forgetting the closed ones: the consumer that opened them let go).
+  template <typename T, typename Opened>
+  std::shared_ptr<T> remember(Names<T>& names, const std::string& name,
+                              std::shared_ptr<Opened> opened) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = names.begin(); it != names.end();)
+      it = it->second.expired() ? names.erase(it) : std::next(it);
+    names[name] = opened;
+    return opened;
+  }
+  template <typename T>
+  std::shared_ptr<T> find(Names<T>& names, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = names.find(name);
+    return it == names.end() ? nullptr : it->second.lock();
+  }
+
   std::mutex mu_;
-  std::map<std::string, std::weak_ptr<Channel>> channels_;  // guarded by mu_
-  std::map<std::string, std::weak_ptr<Route>> routes_;      // guarded by mu_
+  Names<Channel> channels_;  // guarded by mu_
+  Names<Route> routes_;      // guarded by mu_
 };
 
 }  // namespace
