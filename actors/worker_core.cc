@@ -2,6 +2,9 @@
 
 #include <deque>
 #include <future>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "actors/shard_stream.h"
 #include "runtime/checkpoint.h"
@@ -196,6 +199,14 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
 
 // ---- dispatcher --------------------------------------------------------------------------
 
+namespace {
+void release_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+}  // namespace
+
 DispatchCore::DispatchCore(std::shared_ptr<const JobData> job, uint32_t rank)
     : job_(std::move(job)), reader_(*job_->fs, job_->manifest, job_->pool) {
   identity_.rank = rank;
@@ -253,12 +264,18 @@ Status DispatchCore::broadcast(const WorkUnit& unit, io::Route& route, UnitStats
   // Shard k loads while the workers use the shards before it, once the loader has consumed
   // everything before shard k - N: at most N + 1 shards are held (the one in use + N ahead).
   const size_t ahead = std::max<uint32_t>(1, job.prefetch_shards);
+  release_free_memory();  // what the previous epoch's shards left in the arenas
   std::deque<std::future<Result<std::shared_ptr<io::SharedShard>>>> loading;
   size_t launched = 0;
   auto launch = [&]() -> Status {
     const size_t k = launched;
-    if (k > ahead && unit.take[k] > unit.consumed[k])  // else: consumed before a resume
+    if (k > ahead && unit.take[k] > unit.consumed[k]) {  // else: consumed before a resume
       SY_RETURN_IF_ERROR(route.wait_consumed(first[k - ahead]));
+      // A used shard's items were freed on the threads that last held them (workers,
+      // collators), into their allocator arenas; hand that memory back before loading the
+      // next one, or the heap of a long run grows with every arena that kept a shard's worth.
+      release_free_memory();
+    }
     loading.push_back(std::async(std::launch::async, [this, &unit, &first, k]() {
       // Each load has its own reader (readers are single-owner); they share the pool.
       io::SampleReader reader(*job_->fs, job_->manifest, job_->pool);
