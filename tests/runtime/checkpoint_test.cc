@@ -645,3 +645,40 @@ TEST(CheckSameJob, RejectsEachOtherDifferenceNamingIt) {
 
 }  // namespace
 }  // namespace shardyard
+
+namespace shardyard {
+namespace {
+
+// Rank files of version 1 (before the dispatcher's and the loader's state) still load, and
+// version 2 keeps both states.
+TEST(CheckpointFormat, ReadsVersionOneRankFilesAndKeepsDispatcherAndLoaderState) {
+  RankCheckpoint c;
+  c.generation = 3;
+  c.rank = 1;
+  c.fingerprint = 9;
+  c.shards = {{4, 10, 2}};
+  c.worker_states = {"w0", ""};
+  c.dispatcher_state = "dispatch";
+  c.loader_state = "post";
+  const std::string v2 = encode_rank_checkpoint(c);
+  auto back = decode_rank_checkpoint(v2, "rank-1");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->dispatcher_state, "dispatch");
+  EXPECT_EQ(back->loader_state, "post");
+
+  c.dispatcher_state.clear();
+  c.loader_state.clear();
+  const std::string v2_empty = encode_rank_checkpoint(c);
+  // The same body without its two (empty) trailing strings, sealed as version 1.
+  const size_t header = kEnvelopeHeaderBytes, tail = 8;  // the checksum
+  std::string body = v2_empty.substr(header, v2_empty.size() - header - tail - 8);
+  const char rank_magic[8] = {'S', 'Y', 'C', 'K', 'R', 'N', 'K', '\0'};
+  auto v1 = decode_rank_checkpoint(seal(rank_magic, 1, body), "rank-1");
+  ASSERT_TRUE(v1.is_ok()) << v1.status().to_string();
+  EXPECT_EQ(v1->worker_states, c.worker_states);
+  EXPECT_EQ(v1->shards.size(), 1u);
+  EXPECT_TRUE(v1->dispatcher_state.empty());
+}
+
+}  // namespace
+}  // namespace shardyard
