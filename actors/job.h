@@ -37,6 +37,7 @@ struct JobData {
   Dispatch dispatch = Dispatch::kNone;
   SpecCut cut;                   // where each stage of `pipeline` runs
   uint32_t prefetch_shards = 1;  // broadcast: logical shards loaded ahead of the one in use
+  std::string route_key_field;   // by key: route by this field's bytes (empty: the item key)
 
   JobInfo info() const;
 };

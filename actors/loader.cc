@@ -120,6 +120,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                                options.pipeline, Topology{options.world_size, options.workers},
                                options.batch_size, &fs, options.dispatch, options.prefetch_shards));
   job->exact_order = options.order == Order::kExact;
+  job->route_key_field = options.route_key_field;
   d.job = job;
 
   register_protocol(d.cfg);

@@ -64,10 +64,15 @@ struct LoaderOptions {
   // non-replicable stages); kRoundRobin or kOnRequest, the dispatcher reads and routes
   // items; kBroadcast, the dispatcher loads whole logical shards, shared read-only by the
   // workers, each taking its part of every shard's items (contiguous or strided, by
-  // plan.worker_strategy). Batches in exact order are the same in every mode but
+  // plan.worker_strategy); kByKey, the dispatcher reads and routes by a routing key
+  // (route_key_field). Batches in exact order are the same in every mode but
   // broadcast, whose rank order takes its shards one after another.
   Dispatch dispatch = Dispatch::kNone;
-  uint32_t prefetch_shards = 1;   // broadcast: shards loaded ahead of the one in use
+  uint32_t prefetch_shards = 1;  // broadcast: shards loaded ahead of the one in use
+  // kByKey: items go to worker hash(routing key) mod W, so every item of a key meets the
+  // same worker's stages (a per-key cache, a per-key sequence). The routing key is this
+  // field's bytes (a non-replicable stage can compute it), or the item's key when empty.
+  std::string route_key_field;
   uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
   uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 128 items or 4 MiB)
   // Where source bytes come from; null = io::default_file_system(): local paths, http://,

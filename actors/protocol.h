@@ -343,8 +343,7 @@ typename Inspector::result_type inspect(Inspector& f, ResumeGrant& x) {
   return f(caf::meta::type_name("ResumeGrant"), x.epoch, x.partial, x.step, x.take, x.consumed,
            x.saved_ranks, x.saved_batch_size, x.steps, x.layout_step0, x.layout_offset,
            x.layout_items, x.worker_states, x.dispatcher_states, x.loader_states, x.ranks_changed,
-           x.rescaled,
-           x.generation);
+           x.rescaled, x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeAck&) {

@@ -246,6 +246,19 @@ Status DispatchCore::route_items(const WorkUnit& unit, io::Route& route, UnitSta
       SY_RETURN_IF_ERROR(stages.process(item, identity_, unit.epoch_key));
       if (stages.stateful()) item.dispatch_state = stages.state();
     }
+    if (route.mode() == Dispatch::kByKey) {
+      std::string_view key = item.key;
+      if (!job.route_key_field.empty()) {
+        const Field* f = item.field(job.route_key_field);
+        if (f == nullptr)
+          return invalid_argument("item '" + item.key + "' has no field '" + job.route_key_field +
+                                  "' to route by");
+        key = f->view();
+      }
+      Hasher h;
+      h.add(key);
+      item.worker = static_cast<uint32_t>(h.digest() % job.topology.workers);
+    }
     stats->bytes += item.payload_bytes();
     ++stats->items;
     SY_RETURN_IF_ERROR(route.send(std::move(item)));

@@ -94,7 +94,11 @@ class InprocRoute : public Route {
   Status send(Item item) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) return cancelled("the route was reset");
-    Queue& q = *queues_[mode_ == Dispatch::kOnRequest ? 0 : item.position % workers_];
+    // By key: the dispatcher chose the worker (Item::worker) from the item's routing key.
+    const uint64_t to = mode_ == Dispatch::kOnRequest ? 0
+                        : mode_ == Dispatch::kByKey   ? item.worker
+                                                      : item.position;
+    Queue& q = *queues_[to % workers_];
     q.items.push_back(std::move(item));
     if (q.waiters > 0) q.cv.notify_one();
     return Status::ok();

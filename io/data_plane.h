@@ -70,6 +70,8 @@ struct Delivery {
 // deliveries, and the loader credits what the trainer consumed:
 //   round robin  send(item) queues the item for worker position mod W;
 //   on request   send(item) queues it for whichever worker asks next;
+//   by key       send(item) queues it for worker Item::worker, which the dispatcher chose
+//                from the item's routing key;
 //   broadcast    send_shard(shard) queues the shard for every worker.
 // Backpressure: the dispatcher calls wait_consumed(p) before producing position p, and
 // that waits until the loader has consumed everything before p (for routed items

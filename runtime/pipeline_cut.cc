@@ -89,16 +89,18 @@ const char* dispatch_name(Dispatch d) {
       return "on_request";
     case Dispatch::kBroadcast:
       return "broadcast";
+    case Dispatch::kByKey:
+      return "by_key";
   }
   return "?";
 }
 
 Result<Dispatch> parse_dispatch(const std::string& name) {
-  for (auto d :
-       {Dispatch::kNone, Dispatch::kRoundRobin, Dispatch::kOnRequest, Dispatch::kBroadcast})
+  for (auto d : {Dispatch::kNone, Dispatch::kRoundRobin, Dispatch::kOnRequest, Dispatch::kBroadcast,
+                 Dispatch::kByKey})
     if (name == dispatch_name(d)) return d;
   return invalid_argument("unknown dispatch mode '" + name +
-                          "' (none, round_robin, on_request, broadcast)");
+                          "' (none, round_robin, on_request, broadcast, by_key)");
 }
 
 PipelineGraph spec_graph(const Spec& spec, Dispatch dispatch) {
@@ -110,6 +112,7 @@ PipelineGraph spec_graph(const Spec& spec, Dispatch dispatch) {
       break;
     case Dispatch::kRoundRobin:
     case Dispatch::kOnRequest:
+    case Dispatch::kByKey:
       source = {"read (the dispatcher, the rank's logical shards)", {}, false, false};
       break;
     case Dispatch::kBroadcast:

@@ -60,6 +60,8 @@ enum class Dispatch : uint8_t {
   kOnRequest,   // the dispatcher reads; an idle worker takes the next items
   kBroadcast,   // the dispatcher loads whole logical shards; every worker gets each one
                 // and takes its part of the shard's item indices (WORKER level)
+  kByKey,       // the dispatcher reads; items with the same routing key (the item's key,
+                // or a field's bytes) always go to the same worker: hash mod W
 };
 const char* dispatch_name(Dispatch d);
 Result<Dispatch> parse_dispatch(const std::string& name);

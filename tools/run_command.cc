@@ -35,6 +35,7 @@ struct RunArgs {
   std::string checkpoint_dir, resume_dir;
   std::string dispatch = "none";
   uint32_t prefetch_sources = 1;
+  std::string route_key;
   uint64_t stop_after_steps = 0, checkpoint_every = 0;
   std::string windows;  // "LENGTH:STRIDE[:TARGET]"; empty: the sources are tar shards
   uint64_t record_bytes = 0;
@@ -261,6 +262,7 @@ int run(const RunArgs& args) {
   }
   opt.dispatch = *dispatch;
   opt.prefetch_shards = args.prefetch_sources;
+  opt.route_key_field = args.route_key;
   if (args.windows.empty() != !args.record_bytes_given) {
     print_error(args.windows.empty() ? "--record-bytes needs --windows LENGTH:STRIDE[:TARGET]"
                                      : "--windows needs --record-bytes N (bytes per record)");
@@ -464,8 +466,11 @@ Command add_run_command(CLI::App& app) {
                   "once/: non-replicable, post/: after the merge point, in the loader)");
   cmd->add_option("--dispatch", args->dispatch,
                   "how the dispatcher feeds workers: none (each worker reads its own shards) | "
-                  "round_robin | on_request | broadcast (whole logical shards, shared)")
-      ->check(CLI::IsMember({"none", "round_robin", "on_request", "broadcast"}));
+                  "round_robin | on_request | broadcast (whole logical shards, shared) | "
+                  "by_key (the same routing key always to the same worker)")
+      ->check(CLI::IsMember({"none", "round_robin", "on_request", "broadcast", "by_key"}));
+  cmd->add_option("--route-key", args->route_key,
+                  "by_key: route by this field's bytes (default: the item's key)");
   cmd->add_option("--prefetch-sources", args->prefetch_sources,
                   "broadcast: logical shards loaded ahead of the one in use")
       ->check(CLI::Range(1u, 64u));

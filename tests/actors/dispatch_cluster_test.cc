@@ -107,7 +107,7 @@ void register_probes() {
 }
 
 const Dispatch kModes[] = {Dispatch::kNone, Dispatch::kRoundRobin, Dispatch::kOnRequest,
-                           Dispatch::kBroadcast};
+                           Dispatch::kBroadcast, Dispatch::kByKey};
 
 using Steps = std::vector<std::vector<std::string>>;  // keys of each batch
 
@@ -226,7 +226,7 @@ TEST_F(DispatchClusterTest, EveryModeDeliversEveryItemOnceAcrossRanks) {
 
 TEST_F(DispatchClusterTest, RoutedModesGiveTheBatchesOfNone) {
   auto none = run_one(opt_, 2);
-  for (auto mode : {Dispatch::kRoundRobin, Dispatch::kOnRequest})
+  for (auto mode : {Dispatch::kRoundRobin, Dispatch::kOnRequest, Dispatch::kByKey})
     for (uint32_t w : {1u, 2u, 4u}) {
       auto opt = opt_;
       opt.dispatch = mode;
@@ -283,6 +283,46 @@ TEST_F(DispatchClusterTest, OnceStageRunsOnOneThreadPerRankInRankOrder) {
     EXPECT_EQ(once_threads_all.size(), 2u) << "one dispatcher thread per rank";
     EXPECT_EQ(p.map.size(), 120u);
   }
+}
+
+// By key: every item of a routing key meets the same worker, for the item key and for a
+// field that a non-replicable stage computed (here the key's shard: six groups).
+TEST_F(DispatchClusterTest, ByKeySendsEveryItemOfAKeyToOneWorker) {
+  (void)StageRegistry::global().add("group_of_key", map_stage([](Item& item, StageContext&) {
+                                      item.set_field("group", item.key.substr(0, 7));
+                                      return Status::ok();
+                                    }));
+  for (std::string field : {"", "group"}) {
+    probe().reset();
+    auto opt = opt_;
+    opt.dispatch = Dispatch::kByKey;
+    opt.route_key_field = field;
+    opt.pipeline = Spec().once("group_of_key").map("probe_map");
+    (void)run_ranks(opt, 1);
+    auto& p = probe();
+    std::lock_guard<std::mutex> lock(p.mu);
+    std::map<std::string, std::set<uint32_t>> workers_of;
+    for (const auto& s : p.map)
+      workers_of[field.empty() ? s.key : s.key.substr(0, 7)].insert(s.worker);
+    std::set<uint32_t> used;
+    for (const auto& [k, w] : workers_of) {
+      EXPECT_EQ(w.size(), 1u) << "routing key '" << k << "' reached " << w.size() << " workers";
+      used.insert(w.begin(), w.end());
+    }
+    EXPECT_EQ(p.map.size(), 120u);
+    EXPECT_GE(used.size(), 2u) << "keys spread over the workers";
+  }
+  // A routing field that an item lacks is an error that names it.
+  auto opt = opt_;
+  opt.dispatch = Dispatch::kByKey;
+  opt.route_key_field = "nosuchfield";
+  auto loader = Loader::open(opt);
+  ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+  ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+  Status error;
+  (void)drain(**loader, &error);
+  EXPECT_FALSE(error.is_ok());
+  EXPECT_NE(error.message().find("nosuchfield"), std::string::npos) << error.to_string();
 }
 
 TEST_F(DispatchClusterTest, BroadcastSharesOneCopyOfEachLoadedShard) {

@@ -66,13 +66,13 @@ def check_keys_once(rows, want_keys, epoch, what):
 # ---- cases ---------------------------------------------------------------------------------
 
 def case_same_as_none(tmp):
-    """round_robin and on_request give byte-identical dumps to none, whatever W."""
+    """round_robin, on_request and by_key give byte-identical dumps to none, whatever W."""
     exp, src = make_tar(tmp)
     for (r, w, b, extra) in [(1, 3, 10, []), (2, 2, 7, ["--chunk-items", "9"])]:
         flags = ["--epochs", 2, "--shuffle", "--seed", 13] + extra
         rows, want, _ = dump_run(src, tmp, "none", r, w, b, *flags, "--dispatch", "none")
         base.check_exactly_once(rows, exp, 2, b, f"R={r} B={b} none")
-        for mode in ("round_robin", "on_request"):
+        for mode in ("round_robin", "on_request", "by_key"):
             for w2 in (1, w, 4):
                 what = f"R={r} B={b} {mode} W={w2} {' '.join(extra)}"
                 _, got, s = dump_run(src, tmp, "dump", r, w2, b, *flags, "--dispatch", mode)
