@@ -436,14 +436,8 @@ Status Loader::start_epoch(uint32_t epoch) {
     loader_states = restored_->loader_states;
     ranks_changed = restored_->ranks_changed;
   }
-  WorkerInfo post_identity;
-  post_identity.rank = rank_;
-  post_identity.world_size = job.topology.ranks;
-  post_identity.num_workers = w_count;
-  post_identity.epoch = epoch;
-  post_identity.seed = job.plan.seed;
-  auto post = StageRunner::open(job, job.cut.merge_at, job.cut.size, post_identity, loader_states,
-                                ranks_changed);
+  auto post = StageRunner::open(job, job.cut.merge_at, job.cut.size,
+                                loader_identity(job, rank_, epoch), loader_states, ranks_changed);
   if (!post.is_ok()) {
     for (auto& c : channels) c->cancel();
     if (route) route->cancel();

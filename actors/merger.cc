@@ -27,11 +27,18 @@ RankMerger::RankMerger(std::shared_ptr<const JobData> job, uint32_t rank, EpochT
     ring_.resize(route_->window());
     present_.assign(route_->window(), 0);
   }
-  identity_.rank = rank_;
-  identity_.world_size = job_->topology.ranks;
-  identity_.num_workers = job_->topology.workers;
-  identity_.seed = job_->plan.seed;
-  identity_.epoch = ticket_.epoch;
+  identity_ = loader_identity(*job_, rank_, ticket_.epoch);
+}
+
+WorkerInfo loader_identity(const JobData& job, uint32_t rank, uint32_t epoch) {
+  WorkerInfo w;
+  w.rank = rank;
+  w.world_size = job.topology.ranks;
+  w.num_workers = job.topology.workers;
+  w.global_worker = rank * job.topology.workers;
+  w.seed = job.plan.seed;
+  w.epoch = epoch;
+  return w;
 }
 
 Result<Item> RankMerger::take_position(uint64_t position) {

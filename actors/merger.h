@@ -30,6 +30,10 @@
 
 namespace shardyard::actors {
 
+// Who runs the stages after the merge point: the rank's loader (worker 0 of W, not the
+// dispatcher).
+WorkerInfo loader_identity(const JobData& job, uint32_t rank, uint32_t epoch);
+
 struct StepProgress {
   std::vector<uint32_t> shard_index;  // ticket index of each item's logical shard
   // Worker -> its stage state after its last item in the step (stateful pipelines only).
