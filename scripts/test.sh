@@ -32,7 +32,8 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   cmake -S "$SY_ROOT" -B "$SY_ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
-  cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz
+  cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz \
+    window_fuzz
   # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus for a bounded time.
   sy_fuzz() {
     local corpus
@@ -47,5 +48,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   sy_fuzz http_fuzz http_corpus "${SY_FUZZ_HTTP_SECONDS:-20}"
   echo "== fuzz the checkpoint formats (libFuzzer, bounded)"
   sy_fuzz checkpoint_fuzz checkpoint_corpus "${SY_FUZZ_CHECKPOINT_SECONDS:-20}"
+  echo "== fuzz the window spec parser and window math (libFuzzer, bounded)"
+  sy_fuzz window_fuzz window_corpus "${SY_FUZZ_WINDOW_SECONDS:-10}"
 fi
 echo "== all tests passed"
