@@ -2,7 +2,18 @@
 
 #include <deque>
 #include <future>
-#if defined(__GLIBC__)
+// glibc's malloc_trim, except under a sanitizer, whose allocator replaces glibc's (trimming
+// glibc's unused arenas there reads memory that was never set up).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SY_SANITIZED_ALLOCATOR 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SY_SANITIZED_ALLOCATOR 1
+#endif
+#if defined(__GLIBC__) && !defined(SY_SANITIZED_ALLOCATOR)
+#define SY_TRIM_MALLOC 1
 #include <malloc.h>
 #endif
 
@@ -201,7 +212,7 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
 
 namespace {
 void release_free_memory() {
-#if defined(__GLIBC__)
+#if defined(SY_TRIM_MALLOC)
   malloc_trim(0);
 #endif
 }
