@@ -114,25 +114,19 @@ Result<bool> RankMerger::take_step(std::vector<Item>* items, uint64_t* step,
     uint32_t k;
     Item it;
     taken_ = consumed_ + i;
-    if (route_) {
-      if (exact_) {
-        SY_ASSIGN_OR_RETURN(it, take_position(consumed_ + i));
-      } else {
-        SY_ASSIGN_OR_RETURN(it, take(0));
-      }
-      k = it.shard < index_of_shard_.size() ? index_of_shard_[it.shard] : UINT32_MAX;
-      if (k == UINT32_MAX)
-        return internal_error("rank " + std::to_string(rank_) + ": got an item of logical shard " +
-                              std::to_string(it.shard) + ", which is not this rank's");
-    } else if (exact_) {
+    if (exact_ && !route_) {  // follow the interleave: the owner of the position's shard
       k = cursor_.next();
       SY_ASSIGN_OR_RETURN(it, take(ticket_.worker_of[k]));
       if (it.shard != ticket_.shards[k])
         return internal_error(
             "rank " + std::to_string(rank_) + ": expected an item of logical shard " +
             std::to_string(ticket_.shards[k]) + ", got one of " + std::to_string(it.shard));
-    } else {
-      SY_ASSIGN_OR_RETURN(it, take(0));
+    } else {  // by position (routed, exact) or as they come; the item names its shard
+      if (exact_) {
+        SY_ASSIGN_OR_RETURN(it, take_position(consumed_ + i));
+      } else {
+        SY_ASSIGN_OR_RETURN(it, take(0));
+      }
       k = it.shard < index_of_shard_.size() ? index_of_shard_[it.shard] : UINT32_MAX;
       if (k == UINT32_MAX)
         return internal_error("rank " + std::to_string(rank_) + ": got an item of logical shard " +

@@ -128,6 +128,17 @@ coordinator_actor::behavior_type coordinator_fn(
 
 // ---- worker ------------------------------------------------------------------------------
 
+// A unit's outcome (a worker's or the dispatcher's feed) as its WorkerDone.
+void record_outcome(const Result<UnitStats>& r, WorkerDone* done) {
+  if (r.is_ok()) {
+    done->items = r->items;
+    done->bytes = r->bytes;
+  } else {
+    done->ok = false;
+    done->error = r.status().to_string();
+  }
+}
+
 struct WorkerActorState {
   std::unique_ptr<WorkerCore> core;
   uint32_t rank = 0, worker = 0, epoch = 0;
@@ -155,14 +166,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
           done.error =
               "worker " + std::to_string(worker) + ": no data-plane channel '" + unit.channel + "'";
         } else {
-          auto r = st.core->run(unit, *channel);
-          if (r.is_ok()) {
-            done.items = r->items;
-            done.bytes = r->bytes;
-          } else {
-            done.ok = false;
-            done.error = r.status().to_string();
-          }
+          record_outcome(st.core->run(unit, *channel), &done);
         }
         st.items += done.items;
         st.bytes += done.bytes;
@@ -200,14 +204,7 @@ void feed_fn(caf::blocking_actor* self, dispatcher_actor dispatcher,
   WorkerDone done{rank, unit.worker, unit.epoch, 0, 0, true, {}};
   if (auto route = job->data_plane->attach_route(unit.route)) {
     DispatchCore core(job, rank);
-    auto r = core.run(unit, *route);
-    if (r.is_ok()) {
-      done.items = r->items;
-      done.bytes = r->bytes;
-    } else {
-      done.ok = false;
-      done.error = r.status().to_string();
-    }
+    record_outcome(core.run(unit, *route), &done);
   } else {
     done.ok = false;
     done.error = "dispatcher of rank " + std::to_string(rank) + ": no route '" + unit.route + "'";

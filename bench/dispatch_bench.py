@@ -231,12 +231,7 @@ def cmdline(cmd):
 
 
 def machine_note():
-    model = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    model = rb.cpu_model()
     git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     return (f"{os.cpu_count()} vCPU `{model}` (KVM guest), kernel {platform.release()}, git `{git}`, "

@@ -131,13 +131,16 @@ def wait_quiet(max_wait, threshold):
             said = True
 
 
-def machine_info():
-    model = "?"
+def cpu_model():
     with open("/proc/cpuinfo") as f:
         for line in f:
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def machine_info():
+    model = cpu_model()
     lscpu = {}
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout

@@ -5,6 +5,17 @@
 
 namespace shardyard {
 
+WindowSpec make_window_spec(uint64_t length, uint64_t stride, uint64_t target, bool stitch,
+                            uint64_t record_bytes) {
+  WindowSpec s;
+  s.length = length;
+  s.stride = stride;
+  s.target = target;
+  s.stitch = stitch;
+  s.record_bytes = record_bytes;
+  return s;
+}
+
 namespace {
 Result<uint64_t> parse_u64(std::string_view part, std::string_view text, const char* what) {
   if (part.empty())

@@ -40,6 +40,10 @@ struct WindowSpec {
   bool operator!=(const WindowSpec& o) const { return !(*this == o); }
 };
 
+// A spec from its values (not validated: see validate_window_spec()).
+WindowSpec make_window_spec(uint64_t length, uint64_t stride, uint64_t target, bool stitch,
+                            uint64_t record_bytes);
+
 // Parses "LENGTH:STRIDE[:TARGET]" (two or three decimal integers) into length, stride and
 // target of a copy of `base`, which supplies record_bytes and stitch. Checks the syntax
 // only (a missing or non-numeric part, too many parts, overflow); the values are checked by

@@ -24,13 +24,7 @@ void write_bytes(const std::string& path, size_t n) {
 
 WindowSpec spec_of(uint64_t length, uint64_t stride, uint64_t target, bool stitch,
                    uint64_t record_bytes) {
-  WindowSpec s;
-  s.length = length;
-  s.stride = stride;
-  s.target = target;
-  s.stitch = stitch;
-  s.record_bytes = record_bytes;
-  return s;
+  return make_window_spec(length, stride, target, stitch, record_bytes);
 }
 
 // The error of building a manifest of `files` (paths) with `spec`; "" when it succeeds.

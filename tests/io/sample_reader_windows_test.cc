@@ -48,13 +48,7 @@ struct Dataset {
 };
 
 WindowSpec spec_of(uint64_t length, uint64_t stride, uint64_t target, bool stitch) {
-  WindowSpec s;
-  s.length = length;
-  s.stride = stride;
-  s.target = target;
-  s.stitch = stitch;
-  s.record_bytes = kRecordBytes;
-  return s;
+  return make_window_spec(length, stride, target, stitch, kRecordBytes);
 }
 
 std::shared_ptr<const Manifest> manifest_of(const Dataset& d, const WindowSpec& spec) {

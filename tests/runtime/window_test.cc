@@ -17,13 +17,7 @@ namespace {
 
 WindowSpec spec_of(uint64_t length, uint64_t stride, uint64_t target, bool stitch,
                    uint64_t record_bytes = 4) {
-  WindowSpec s;
-  s.length = length;
-  s.stride = stride;
-  s.target = target;
-  s.stitch = stitch;
-  s.record_bytes = record_bytes;
-  return s;
+  return make_window_spec(length, stride, target, stitch, record_bytes);
 }
 
 // The contract, written as plainly as possible: every start k * stride below `records`,
