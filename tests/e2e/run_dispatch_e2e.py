@@ -9,7 +9,6 @@ generator wrote, stop + resume (--checkpoint-dir/--stop-after-steps, --resume) a
 uninterrupted run, with once/ and post/ count stages whose state the checkpoint carries.
 Exit 0 = pass.
 """
-import collections
 import os
 import shutil
 import sys
@@ -48,19 +47,8 @@ def dump_run(src, tmp, name, ranks, workers, batch, *extra):
     return base.read_dump(dump, ranks), raw, summary
 
 
-def flat(rows):
-    return [row for r in sorted(rows) for row in rows[r]]
-
-
-def check_keys_once(rows, want_keys, epoch, what):
-    keys = collections.Counter(row[2] for row in flat(rows) if row[0] == epoch)
-    dup = [k for k, c in keys.items() if c > 1]
-    check(not dup, f"{what}: epoch {epoch}: {len(dup)} keys twice, e.g. {dup[:3]}")
-    missing = set(want_keys) - set(keys)
-    check(not missing, f"{what}: epoch {epoch}: {len(missing)} keys missing, "
-                       f"e.g. {sorted(missing)[:3]}")
-    extra = set(keys) - set(want_keys)
-    check(not extra, f"{what}: epoch {epoch}: unexpected keys {sorted(extra)[:3]}")
+flat = windows.flat
+check_keys_once = windows.check_keys_once
 
 
 # ---- cases ---------------------------------------------------------------------------------

@@ -76,16 +76,21 @@ def flat(rows):
     return [row for r in sorted(rows) for row in rows[r]]
 
 
+def check_keys_once(rows, want_keys, epoch, what):
+    """Every wanted key exactly once in `epoch` of the dumps of all ranks, and no other."""
+    keys = collections.Counter(row[2] for row in flat(rows) if row[0] == epoch)
+    dup = [k for k, c in keys.items() if c > 1]
+    check(not dup, f"{what}: epoch {epoch}: {len(dup)} keys twice, e.g. {dup[:3]}")
+    missing = set(want_keys) - set(keys)
+    check(not missing, f"{what}: epoch {epoch}: {len(missing)} keys missing, "
+                       f"e.g. {sorted(missing)[:3]}")
+    extra = set(keys) - set(want_keys)
+    check(not extra, f"{what}: epoch {epoch}: unexpected keys {sorted(extra)[:3]}")
+
+
 def check_windows(rows, want, epochs, batch, what):
     for e in range(epochs):
-        keys = collections.Counter(row[2] for row in flat(rows) if row[0] == e)
-        dup = [k for k, c in keys.items() if c > 1]
-        check(not dup, f"{what}: epoch {e}: {len(dup)} windows twice, e.g. {dup[:3]}")
-        missing = set(want) - set(keys)
-        check(not missing, f"{what}: epoch {e}: {len(missing)} windows missing, "
-                           f"e.g. {sorted(missing)[:3]}")
-        extra = set(keys) - set(want)
-        check(not extra, f"{what}: epoch {e}: unexpected windows {sorted(extra)[:3]}")
+        check_keys_once(rows, want, e, what)
         steps = {r: len({row[1] for row in rows[r] if row[0] == e}) for r in rows}
         check(len(set(steps.values())) == 1, f"{what}: epoch {e}: unequal steps {steps}")
         for r in rows:
