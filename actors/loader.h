@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "io/manifest_scan.h"
+#include "io/format/manifest_scan.h"
 #include "runtime/batch.h"
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
