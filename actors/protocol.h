@@ -16,7 +16,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JobInfo& x) {
   return f(caf::meta::type_name("JobInfo"), x.fingerprint, x.num_items, x.logical_shards,
            x.chunk_items, x.seed, x.shuffle, x.drop_last, x.distributed_strategy, x.worker_strategy,
-           x.world_size, x.workers, x.batch_size, x.exact_order);
+           x.world_size, x.workers, x.batch_size, x.exact_order, x.pipeline, x.dispatch, x.windows);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {

@@ -28,6 +28,9 @@ struct JobInfo {
   uint32_t workers = 1;
   uint32_t batch_size = 1;
   bool exact_order = true;
+  std::string pipeline;  // spec_to_string() of the pipeline spec
+  std::string dispatch;  // dispatch_name() of the resolved dispatch mode
+  std::string windows;   // window_spec_to_string(), empty for tar shards
 };
 
 // rank -> coordinator: join the job; reply JobInfo, or an error when the fingerprint or the
