@@ -20,7 +20,8 @@ typename Inspector::result_type inspect(Inspector& f, JobInfo& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
-  return f(caf::meta::type_name("JoinRequest"), x.rank, x.workers, x.fingerprint);
+  return f(caf::meta::type_name("JoinRequest"), x.rank, x.workers, x.fingerprint, x.job,
+           x.restart_count);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochKeyRequest& x) {
@@ -124,6 +125,39 @@ typename Inspector::result_type inspect(Inspector& f, ShutdownRequest& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShutdownAck& x) {
   return f(caf::meta::type_name("ShutdownAck"), x.role, x.rank, x.worker);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Hello& x) {
+  return f(caf::meta::type_name("Hello"), x.protocol_version, x.rank, x.client_nonce);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Challenge& x) {
+  return f(caf::meta::type_name("Challenge"), x.server_nonce, x.node);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Proof& x) {
+  return f(caf::meta::type_name("Proof"), x.rank, x.proof);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Admitted& x) {
+  return f(caf::meta::type_name("Admitted"), x.proof);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobAborted& x) {
+  return f(caf::meta::type_name("JobAborted"), x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankLeave& x) {
+  return f(caf::meta::type_name("RankLeave"), x.rank, x.ok, x.error);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LeaveAck&) {
+  return f(caf::meta::type_name("LeaveAck"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AwaitLeaves&) {
+  return f(caf::meta::type_name("AwaitLeaves"));
 }
 
 // Registers every message type above (and the vectors they use) with CAF.

@@ -39,6 +39,8 @@ struct JoinRequest {
   uint32_t rank = 0;
   uint32_t workers = 0;
   uint64_t fingerprint = 0;
+  JobInfo job;  // the job as this rank built it from its own options and manifest
+  uint32_t restart_count = 0;  // the launcher's restarts (TORCHELASTIC_RESTART_COUNT)
 };
 
 // dispatcher -> coordinator: the shared key of an epoch; reply EpochKey.
@@ -250,5 +252,47 @@ struct ShutdownAck {
   uint32_t rank = 0;
   uint32_t worker = 0;
 };
+
+// ---- ranks in other processes (docs/multi-process.md) ----------------------------------
+
+// A rank process -> the coordinator's gate, first message on a new connection; reply
+// Challenge. The gate admits a process (its CAF node) only once it proved the job's token.
+struct Hello {
+  uint32_t protocol_version = 0;
+  uint32_t rank = 0;
+  std::string client_nonce;  // 32 random bytes
+};
+struct Challenge {
+  std::string server_nonce;  // 32 random bytes
+  std::string node;          // the rank process's CAF node id as the gate sees it
+};
+// rank process -> gate: auth_proof(token, "rank", ...); reply Admitted with the gate's own
+// proof, so the rank knows it reached its job's coordinator and not another one.
+struct Proof {
+  uint32_t rank = 0;
+  std::string proof;
+};
+struct Admitted {
+  std::string proof;
+};
+
+// coordinator -> every joined rank's loader actor: the job stops (a rank was lost, a rank
+// disagreed, a rank failed); every rank fails with `reason`.
+struct JobAborted {
+  std::string reason;
+};
+
+// rank -> coordinator: this rank is done (ok) or stopped by an error; reply LeaveAck. A rank
+// process that goes away without leaving is lost, and its loss stops the job.
+struct RankLeave {
+  uint32_t rank = 0;
+  bool ok = true;
+  std::string error;
+};
+struct LeaveAck {};
+
+// The process hosting the coordinator -> coordinator: answer once every rank left, or the
+// job stopped (reply LeaveAck, or the reason as an error).
+struct AwaitLeaves {};
 
 }  // namespace shardyard::actors
