@@ -101,7 +101,11 @@ Command add_manifest_commands(CLI::App& app) {
     if (build->parsed()) args->no_cache = false;
     auto m = obtain(*args, &report);
     if (!m.is_ok()) {
-      print_error(m.status().to_string());
+      std::string hint;
+      if (!args->file.empty() && m.status().code() == StatusCode::kCorrupt)
+        hint = "; write it again with `shardyard manifest build --source ... --output " +
+               args->file + "`";
+      print_error(m.status().to_string() + hint);
       return 1;
     }
     for (const auto& w : report.warnings) print_warning("skipped: " + w);
