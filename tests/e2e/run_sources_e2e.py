@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""End-to-end tests of how `shardyard` reads the shards users bring, with the real binary.
+
+Usage: run_sources_e2e.py --shardyard BIN CASE
+Cases: shards as WebDataset reads them (a README, macOS metadata, a size field led by NULs;
+--strict; members_skipped), damage that skips only what is damaged, a stale manifest cache
+(a shard replaced by `cp -p`, `manifest build`, `--no-cache`), a FIFO given as a source,
+names that are not UTF-8 in every JSON output, and the label of a cache warning. Each case
+works in a fresh temporary folder with its own cache folder. Exit 0 = pass.
+"""
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import run_e2e as base  # noqa: E402  (shared helpers: check, read_dump, run_cases)
+
+check = base.check
+
+
+def shardyard(*args, env=None, timeout=120):
+    """Runs the binary; arguments may be str or bytes (paths that are not UTF-8)."""
+    cmd = [os.fsencode(base.ARGS.shardyard)] + [os.fsencode(a) if isinstance(a, str) else
+                                                  (a if isinstance(a, bytes) else str(a).encode())
+                                                  for a in args]
+    return subprocess.run(cmd, capture_output=True, timeout=timeout, env=env)
+
+
+def summary(p):
+    return json.loads(p.stdout.decode().strip().splitlines()[-1]) if p.returncode == 0 else None
+
+
+def write_tar(path, members):
+    """members: [(name, bytes)]; name may hold surrogate-escaped bytes."""
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT, encoding="utf-8",
+                      errors="surrogateescape") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 1700000000
+            tf.addfile(info, io.BytesIO(data))
+
+
+def samples(n, start=0):
+    out = []
+    for i in range(start, start + n):
+        out += [(f"s{i:04d}.jpg", b"JPEG%d" % i * 50), (f"s{i:04d}.cls", b"%d" % i)]
+    return out
+
+
+def digest(fields):
+    """The --dump-keys digest of a sample: SHA-256 of its fields in name order, 16 digits."""
+    h = hashlib.sha256()
+    for name in sorted(fields):
+        h.update(fields[name])
+    return h.hexdigest()[:16]
+
+
+def dumped(folder):
+    return {row[2]: row for row in base.read_dump(folder, 1)[0]}
+
+
+
+
+
+
+
+
+def case_fifo(tmp):
+    fifo = f"{tmp}/shard-000000.tar"
+    os.mkfifo(fifo)
+    try:
+        p = shardyard("run", "--source", fifo, "--json", timeout=60)
+        err = p.stderr.decode()
+        check(p.returncode == 1 and "FIFO" in err and fifo in err, f"{p.returncode}: {err}")
+        p = shardyard("manifest", "show", fifo, timeout=60)
+        check(p.returncode == 1 and "FIFO" in p.stderr.decode(), f"manifest show: {p.stderr}")
+    except subprocess.TimeoutExpired:  # subprocess.run killed it
+        check(False, "shardyard waited on a FIFO source")
+
+
+
+
+
+
+def with_own_cache(case):
+    """Runs a case with SHARDYARD_CACHE_DIR in its temporary folder (never ~/.cache)."""
+    def run(tmp):
+        os.environ["SHARDYARD_CACHE_DIR"] = os.path.join(tmp, "cache")
+        case(tmp)
+    return run
+
+
+CASES = {n[len("case_"):]: with_own_cache(f) for n, f in globals().items()
+         if n.startswith("case_")}
+
+
+if __name__ == "__main__":
+    sys.exit(base.run_cases(CASES, "shardyard-sources-e2e"))
