@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "io/manifest_scan.h"
+#include "json_text.h"
 
 namespace shardyard::tools {
 
@@ -36,20 +37,20 @@ int show(const Manifest& m, const ManifestArgs& a) {
     j["payload_bytes"] = m.payload_bytes();
     j["damaged"] = m.num_damaged();
     for (const auto& s : m.sources) {
-      nlohmann::json js{{"uri", s.uri},
+      nlohmann::json js{{"uri", json_text(s.uri)},
                         {"kind", source_kind_name(s.kind)},
                         {"size_bytes", s.size_bytes},
                         {"samples", s.samples.size()}};
-      if (s.damaged) js["damage"] = s.damage;
+      if (s.damaged) js["damage"] = json_text(s.damage);
       if (a.samples)
         for (const auto& e : s.samples)
-          js["sample_list"].push_back({{"key", e.key},
+          js["sample_list"].push_back({{"key", json_text(e.key)},
                                        {"begin", e.begin},
                                        {"end", e.end},
                                        {"payload_bytes", e.payload_bytes}});
       j["sources"].push_back(js);
     }
-    std::cout << j.dump(2) << std::endl;
+    std::cout << dump_json(j, 2) << std::endl;
     return 0;
   }
   std::printf(

@@ -18,6 +18,7 @@
 #include "actors/loader.h"
 #include "commands.h"
 #include "digest.h"
+#include "json_text.h"
 
 namespace shardyard::tools {
 
@@ -400,7 +401,7 @@ int run(const RunArgs& args) {
     std::vector<double> all;
     for (const auto& r : results) all.insert(all.end(), r.save_ms.begin(), r.save_ms.end());
     std::sort(all.begin(), all.end());
-    j["checkpoint"] = {{"dir", args.checkpoint_dir},
+    j["checkpoint"] = {{"dir", json_text(args.checkpoint_dir)},
                        {"saves", results.empty() ? 0 : results[0].checkpoints},
                        {"median_save_ms", all.empty() ? 0.0 : all[all.size() / 2]},
                        {"max_save_ms", all.empty() ? 0.0 : all.back()}};
@@ -416,7 +417,7 @@ int run(const RunArgs& args) {
     std::fprintf(stderr, "loaded %llu samples (%.1f MB) in %.3f s: %.0f samples/s, %.1f MB/s\n",
                  static_cast<unsigned long long>(total.samples), total.bytes / 1e6, seconds,
                  j["samples_per_s"].get<double>(), j["mb_per_s"].get<double>());
-  std::cout << j.dump() << std::endl;
+  std::cout << dump_json(j) << std::endl;
   return 0;
 }
 

@@ -84,6 +84,29 @@ def case_fifo(tmp):
         check(False, "shardyard waited on a FIFO source")
 
 
+def case_non_utf8_names(tmp):
+    folder = os.fsencode(tmp) + b"/d\xff"
+    os.makedirs(folder)
+    shard = folder + b"/shard\xe9.tar"
+    name = "caf\udce9.jpg"  # the bytes caf\xe9.jpg
+    write_tar(os.fsdecode(shard), [(name, b"x" * 10), ("caf\udce9.cls", b"1")] + samples(2))
+    env = dict(os.environ, SHARDYARD_CACHE_DIR=f"{tmp}/cache")
+    p = shardyard("manifest", "show", "--source", shard, "--json", "--samples", env=env)
+    check(p.returncode == 0, f"manifest show --json: exit {p.returncode}: {p.stderr[-500:]}")
+    if p.returncode == 0:
+        j = json.loads(p.stdout)
+        src = j["sources"][0]
+        check(src["uri"].endswith("/d\\xff/shard\\xe9.tar"), f"uri {src['uri']!r}")
+        check([x["key"] for x in src["sample_list"]] == ["caf\\xe9", "s0000", "s0001"],
+              f"keys {src['sample_list']}")
+    ck = os.fsencode(tmp) + b"/ck\xfe"
+    p = shardyard("run", "--source", shard, "--json", "--checkpoint-dir", ck, env=env)
+    s = summary(p) if p.returncode == 0 else None
+    check(s is not None and s["checkpoint"]["dir"].endswith("/ck\\xfe"),
+          f"run --json: exit {p.returncode}: {p.stderr[-500:]}")
+    p = shardyard("checkpoint", "inspect", ck, "--json")
+    check(p.returncode == 0 and "cursor" in json.loads(p.stdout),
+          f"checkpoint inspect --json: {p.returncode} {p.stderr[-300:]}")
 
 
 
