@@ -262,7 +262,7 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
       if (options.on_corrupt == OnCorrupt::kSkip || cached->num_damaged() == 0) {
         report->from_cache = true;
         for (const auto& s : cached->sources)
-          if (s.damaged) report->warnings.push_back(s.damage);
+          if (s.damaged) report->skipped.push_back(s.damage);
         return std::move(cached).value();
       }
     }
@@ -284,7 +284,7 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
   });
   for (const auto& e : errors) SY_RETURN_IF_ERROR(e);  // the first source's error wins
   for (const auto& s : m.sources)
-    if (s.damaged) report->warnings.push_back(s.damage);
+    if (s.damaged) report->skipped.push_back(s.damage);
   if (m.num_samples() == 0) return corrupt("the dataset has no readable samples");
   m.fingerprint = compute_fingerprint(m);
 

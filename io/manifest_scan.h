@@ -38,7 +38,8 @@ struct ScanOptions {
 struct ScanReport {
   bool from_cache = false;
   std::string cache_path;             // where it was read from or written to
-  std::vector<std::string> warnings;  // one per damaged source (kSkip)
+  std::vector<std::string> skipped;   // one per damaged source (kSkip): what was skipped
+  std::vector<std::string> warnings;  // other news, such as a cache that was not written
 };
 
 // Scans one source.

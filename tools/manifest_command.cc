@@ -109,7 +109,8 @@ Command add_manifest_commands(CLI::App& app) {
       print_error(m.status().to_string() + hint);
       return 1;
     }
-    for (const auto& w : report.warnings) print_warning("skipped: " + w);
+    for (const auto& w : report.skipped) print_warning("skipped: " + w);
+    for (const auto& w : report.warnings) print_warning(w);
     if (build->parsed()) {
       if (!args->output.empty()) {
         Status st = io::save_manifest(*m, args->output);

@@ -318,7 +318,8 @@ int run(const RunArgs& args) {
     return 1;
   }
   const auto& report = (*cluster)->scan_report();
-  for (const auto& w : report.warnings) print_warning("skipped: " + w);
+  for (const auto& w : report.skipped) print_warning("skipped: " + w);
+  for (const auto& w : report.warnings) print_warning(w);
   auto t_loaded = clock::now();
 
   std::atomic<uint64_t> progress{0};

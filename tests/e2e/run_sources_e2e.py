@@ -109,6 +109,14 @@ def case_non_utf8_names(tmp):
           f"checkpoint inspect --json: {p.returncode} {p.stderr[-300:]}")
 
 
+def case_cache_warning_label(tmp):
+    write_tar(f"{tmp}/a.tar", samples(2))
+    open(f"{tmp}/not-a-dir", "w").close()
+    p = shardyard("run", "--source", f"{tmp}/a.tar", "--json", "--cache-dir",
+                  f"{tmp}/not-a-dir/cache")
+    err = p.stderr.decode()
+    check(p.returncode == 0 and "warning: manifest cache not written" in err and
+          "skipped" not in err, f"the cache warning is labelled: {err}")
 
 
 def with_own_cache(case):
