@@ -104,8 +104,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   io::ScanOptions scan;
   scan.on_corrupt = options.on_corrupt;
   scan.threads = options.scan_threads;
-  if (options.use_manifest_cache)
-    scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
+  scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
+  scan.cache_mode = options.use_manifest_cache ? io::CacheMode::kUse : io::CacheMode::kBypass;
   auto& fs = options.file_system ? *options.file_system : io::default_file_system();
   Manifest manifest;
   if (options.windows.enabled()) {

@@ -80,6 +80,8 @@ struct LoaderOptions {
   // database, an object store client) serves every source; its reads run on the worker
   // threads, where current_worker() says who is reading. Must outlive the loader.
   io::FileSystem* file_system = nullptr;
+  // false: scan the sources every time and write no cache; a cached manifest of these
+  // sources that differs from the scan is removed (io::CacheMode::kBypass).
   bool use_manifest_cache = true;
   std::string cache_dir;  // empty: io::default_cache_dir()
   unsigned scan_threads = 2;

@@ -105,14 +105,34 @@ Status scan_tar_source(std::shared_ptr<RandomAccessFile> shared, const SourceRef
   return Status::ok();
 }
 
+// Stats every file of a directory source: sizes, and the digest of each file's name,
+// size, times and inode that tells a cached manifest whether a file changed in place.
+Status stat_files(FileSystem& fs, const std::string& dir, const std::vector<std::string>& files,
+                  std::vector<uint64_t>* sizes, uint64_t* digest) {
+  Hasher h;
+  sizes->clear();
+  for (const auto& f : files) {
+    SY_ASSIGN_OR_RETURN(auto info, fs.stat(dir + "/" + f));
+    h.add_string(f);
+    h.add_u64(info.size);
+    h.add_u64(static_cast<uint64_t>(info.mtime_ns));
+    h.add_u64(static_cast<uint64_t>(info.ctime_ns));
+    h.add_u64(info.inode);
+    sizes->push_back(info.size);
+  }
+  *digest = h.digest();
+  return Status::ok();
+}
+
 Status scan_directory_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e,
                              OnCorrupt policy) {
   SY_ASSIGN_OR_RETURN(e->files, fs.list(ref.uri));
+  std::vector<uint64_t> sizes;
+  SY_RETURN_IF_ERROR(stat_files(fs, ref.uri, e->files, &sizes, &e->files_digest));
   SampleGrouper group(e, ref.uri);
   for (size_t i = 0; i < e->files.size(); ++i) {
-    SY_ASSIGN_OR_RETURN(auto info, fs.stat(ref.uri + "/" + e->files[i]));
-    e->size_bytes += info.size;
-    Status st = group.add(e->files[i], i, i + 1, info.size);
+    e->size_bytes += sizes[i];
+    Status st = group.add(e->files[i], i, i + 1, sizes[i]);
     if (!st.is_ok()) {
       if (policy == OnCorrupt::kFail) return st;
       e->damaged = true;
@@ -150,9 +170,10 @@ std::string cache_key(const std::vector<SourceRef>& refs) {
   return buf;
 }
 
-// A cached manifest is fresh when it lists the same sources with the same size and mtime
-// (for a remote object: its version stamp). Sources are checked in parallel: for remote
-// ones each check is a HEAD.
+// A cached manifest is fresh when it lists the same sources and each still is what the scan
+// saw: a local file's size, mtime, ctime and inode (a copy made with `cp -p` keeps size and
+// mtime, never ctime), a remote object's size and version stamp, a directory's file list
+// and files_digest. Sources are checked in parallel: for remote ones each check is a HEAD.
 bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>& refs,
                  unsigned threads) {
   if (m.sources.size() != refs.size()) return false;
@@ -168,14 +189,19 @@ bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>
       if (!(s.damaged && s.samples.empty() && still_missing)) fresh = false;
       return;
     }
-    // A directory is fresh while it lists the same files (listing costs no stat per file).
-    // A loose file rewritten in place with the same name is not noticed: use --no-cache.
+    // A directory: the same files, none of them changed (a stat per file, as its scan).
     if (s.kind == SourceKind::kDirectory) {
       auto files = fs.list(s.uri);
-      if (!files.is_ok() || *files != s.files) fresh = false;
+      std::vector<uint64_t> sizes;
+      uint64_t digest = 0;
+      if (!files.is_ok() || *files != s.files ||
+          !stat_files(fs, s.uri, *files, &sizes, &digest).is_ok() || digest != s.files_digest)
+        fresh = false;
       return;
     }
-    if (info->size != s.size_bytes || info->mtime_ns != s.mtime_ns) fresh = false;
+    if (info->size != s.size_bytes || info->mtime_ns != s.mtime_ns ||
+        info->ctime_ns != s.ctime_ns || info->inode != s.inode)
+      fresh = false;
   });
   return fresh;
 }
@@ -227,7 +253,10 @@ Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt 
     e.damage = "missing shard: " + info.status().message();
     return e;
   }
+  // Taken before the scan: a change during the scan makes the cached manifest stale.
   e.mtime_ns = info->mtime_ns;
+  e.ctime_ns = info->ctime_ns;
+  e.inode = info->inode;
   if (info->is_directory) {
     e.kind = SourceKind::kDirectory;
     SY_RETURN_IF_ERROR(scan_directory_source(fs, ref, &e, on_corrupt));
@@ -256,6 +285,8 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
   if (!options.cache_dir.empty()) {
     cache_path = options.cache_dir + "/" + cache_key(refs) + ".manifest";
     report->cache_path = cache_path;
+  }
+  if (!cache_path.empty() && options.cache_mode == CacheMode::kUse) {
     auto cached = load_manifest(cache_path);
     if (cached.is_ok() && cache_fresh(fs, *cached, refs, threads)) {
       // A cached manifest with damage is only valid under the policy that accepts it.
@@ -289,10 +320,23 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
   m.fingerprint = compute_fingerprint(m);
 
   if (!cache_path.empty()) {
-    // A cache that cannot be written costs speed, not correctness: warn and go on.
-    Status st = make_dirs(options.cache_dir);
-    if (st.is_ok()) st = save_manifest(m, cache_path);
-    if (!st.is_ok()) report->warnings.push_back("manifest cache not written: " + st.message());
+    // A cache that cannot be written (or removed) costs speed, not correctness: warn and go
+    // on. A bypassed cache that differs from the scan is removed: stale, it must not be
+    // read by the next run that uses the cache.
+    Status st;
+    if (options.cache_mode == CacheMode::kBypass) {
+      auto cached = load_manifest(cache_path);
+      bool stale = cached.is_ok() ? encode_manifest(*cached) != encode_manifest(m)
+                                  : cached.status().code() != StatusCode::kNotFound;
+      if (stale && ::unlink(cache_path.c_str()) != 0 && errno != ENOENT)
+        st = io_error("cannot remove the stale cached manifest " + cache_path + ": " +
+                      std::strerror(errno));
+    } else {
+      st = make_dirs(options.cache_dir);
+      if (st.is_ok()) st = save_manifest(m, cache_path);
+      if (!st.is_ok()) st = Status(st.code(), "manifest cache not written: " + st.message());
+    }
+    if (!st.is_ok()) report->warnings.push_back(st.message());
   }
   return m;
 }

@@ -8,9 +8,11 @@
 // intact samples before the damage, marks the source damaged and goes on.
 //
 // The cache holds one manifest file per list of sources, reused while every source keeps
-// its size and modification time (for a remote object: size, Last-Modified and ETag, one
-// HEAD each, in parallel). Under kSkip a remote shard that stays unreachable after the
-// client's retries is damage too: skipped, counted and warned about.
+// what the scan saw: a local file its size, modification and status change times and
+// inode; a directory its file list and every file's; a remote object its size,
+// Last-Modified and ETag (one HEAD each, in parallel). Under kSkip a remote shard that
+// stays unreachable after the client's retries is damage too: skipped, counted and warned
+// about.
 //
 // Thread-safe: functions only; scanning uses its own threads and joins them.
 #pragma once
@@ -26,13 +28,22 @@ namespace shardyard::io {
 
 enum class OnCorrupt { kFail, kSkip };
 
+enum class CacheMode {
+  kUse,      // read the cached manifest when it is fresh, else scan and write it
+  kRebuild,  // scan and write it, whatever is cached (`shardyard manifest build`)
+  // Scan and write nothing, but remove a cached manifest of these sources that differs
+  // from the scan (stale or damaged), so no later run reads it (`--no-cache`).
+  kBypass,
+};
+
 struct ScanOptions {
   OnCorrupt on_corrupt = OnCorrupt::kFail;
   unsigned threads = 2;   // sources scanned in parallel; 0 = hardware concurrency
   // At least this many in parallel when a source is remote (http://, https://, s3://):
   // each is a few round trips that wait on the network, not on the CPU.
   unsigned remote_connections = 32;
-  std::string cache_dir;  // empty: no cache
+  std::string cache_dir;  // empty: no cache at all
+  CacheMode cache_mode = CacheMode::kUse;
 };
 
 struct ScanReport {

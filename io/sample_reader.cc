@@ -120,6 +120,15 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   return parse(source, data, size, std::move(buf), begin, first, last, id, out);
 }
 
+namespace {
+
+// Said of a shard whose bytes do not match its manifest, with the commands that fix it.
+constexpr const char* kChangedSinceManifest =
+    " (the shard changed since its manifest was built: rebuild the manifest with `shardyard "
+    "manifest build` and the same --source, or run with --no-cache)";
+
+}  // namespace
+
 Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
                            std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
                            uint64_t last, uint64_t id, std::vector<Item>* out) {
@@ -128,7 +137,7 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
   Item* cur = nullptr;
   auto mismatch = [&](uint64_t offset, const std::string& what) {
     return corrupt(src.uri + " at byte " + std::to_string(offset) + ": " + what +
-                   " (the shard changed since its manifest was built; rebuild it)");
+                   kChangedSinceManifest);
   };
   SY_RETURN_IF_ERROR(parse_tar_buffer(
       data, size, base, src.uri, [&](const TarEntry& e, const uint8_t* payload) -> Status {

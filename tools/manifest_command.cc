@@ -16,16 +16,19 @@ namespace {
 struct ManifestArgs {
   std::vector<std::string> sources;
   std::string output, file, cache_dir, on_corrupt = "fail";
-  bool samples = false, json = false, no_cache = false;
+  bool samples = false, json = false;
   unsigned threads = 2;
 };
 
-Result<Manifest> obtain(const ManifestArgs& a, io::ScanReport* report) {
+// `build` scans every time (it is the command that replaces a stale or damaged cached
+// manifest); `show --source` reads the cache when it is fresh.
+Result<Manifest> obtain(const ManifestArgs& a, bool build, io::ScanReport* report) {
   if (!a.file.empty()) return io::load_manifest(a.file);
   io::ScanOptions scan;
   scan.on_corrupt = a.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
   scan.threads = a.threads;
-  if (!a.no_cache) scan.cache_dir = a.cache_dir.empty() ? io::default_cache_dir() : a.cache_dir;
+  scan.cache_dir = a.cache_dir.empty() ? io::default_cache_dir() : a.cache_dir;
+  scan.cache_mode = build ? io::CacheMode::kRebuild : io::CacheMode::kUse;
   return io::build_manifest(io::default_file_system(), a.sources, scan, report);
 }
 
@@ -99,8 +102,7 @@ Command add_manifest_commands(CLI::App& app) {
     }
     io::ScanReport report;
     auto t0 = std::chrono::steady_clock::now();
-    if (build->parsed()) args->no_cache = false;
-    auto m = obtain(*args, &report);
+    auto m = obtain(*args, build->parsed(), &report);
     if (!m.is_ok()) {
       std::string hint;
       if (!args->file.empty() && m.status().code() == StatusCode::kCorrupt)

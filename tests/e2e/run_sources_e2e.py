@@ -69,6 +69,44 @@ def dumped(folder):
 
 
 
+def case_stale_cache(tmp):
+    env = dict(os.environ, SHARDYARD_CACHE_DIR=f"{tmp}/cache")
+    os.makedirs(f"{tmp}/d")
+    shard = f"{tmp}/d/shard-000000.tar"
+    write_tar(shard, samples(4))
+    # The replacement has the same size and, after `cp -p`, the same mtime: one member's
+    # field is renamed (cls -> txt) and its bytes differ.
+    new = [(n.replace("s0001.cls", "s0001.txt"), d if n != "s0001.cls" else b"9")
+           for n, d in samples(4)]
+    write_tar(f"{tmp}/new.tar", new)
+    check(os.path.getsize(shard) == os.path.getsize(f"{tmp}/new.tar"), "the setup: same size")
+    os.utime(f"{tmp}/new.tar", ns=(os.stat(shard).st_atime_ns, os.stat(shard).st_mtime_ns))
+    p = shardyard("run", "--source", shard, "--json", env=env)
+    check(summary(p) is not None and not summary(p)["manifest_cached"], f"first run: {p.stderr}")
+    subprocess.run(["cp", "-p", f"{tmp}/new.tar", shard], check=True)
+    p = shardyard("run", "--source", shard, "--json", "--dump-keys", f"{tmp}/dump", env=env)
+    s = summary(p)
+    check(s is not None and not s["manifest_cached"], f"cp -p: the stale cache was used: {s}")
+    if s:
+        row = dumped(f"{tmp}/dump")["s0001"]
+        check(row[4] == digest({"jpg": b"JPEG1" * 50, "txt": b"9"}),
+              f"s0001 was read with its old manifest: {row}")
+
+    # `manifest build` rebuilds a cache that looks fresh.
+    cache = [f for f in os.listdir(f"{tmp}/cache") if f.endswith(".manifest")]
+    check(len(cache) == 1, f"cache files {cache}")
+    p = shardyard("manifest", "build", "--source", shard, env=env)
+    out = p.stdout.decode()
+    check(p.returncode == 0 and "scanned" in out and "from cache" not in out,
+          f"manifest build reused the cache: {out}")
+    # `--no-cache` removes a cached manifest the scan shows stale, and keeps a good one.
+    p = shardyard("run", "--source", shard, "--json", "--no-cache", env=env)
+    check(p.returncode == 0 and os.path.exists(f"{tmp}/cache/{cache[0]}"),
+          "--no-cache removed a cached manifest that was right")
+    write_tar(shard, samples(5))
+    p = shardyard("run", "--source", shard, "--json", "--no-cache", env=env)
+    check(p.returncode == 0 and not os.path.exists(f"{tmp}/cache/{cache[0]}"),
+          f"--no-cache left a stale cached manifest in place: {p.stderr}")
 
 
 def case_fifo(tmp):
