@@ -5,7 +5,8 @@
 // header, skipping payloads (for manifest scans); parse_tar_buffer() walks bytes already in
 // memory and hands out payload views without copying (for reading a run of samples).
 // Damage is reported as a kCorrupt Status naming the source and the byte offset of the
-// bad header; nothing is read past it. See docs/tar.md for what is accepted.
+// bad header; nothing is read past it. Header fields are read as Python's tarfile reads
+// them. See docs/tar.md for what is accepted.
 //
 // Thread-compatible: a TarHeaderDecoder belongs to one parse; the functions are reentrant.
 #pragma once
@@ -27,8 +28,9 @@ inline constexpr uint64_t kMaxMemberBytes = 1ull << 50;
 
 struct TarEntry {
   std::string path;
-  char type = '0';            // ustar typeflag after extensions
-  bool regular = true;        // a file with data (as opposed to a directory, link, ...)
+  char type = '0';            // ustar typeflag after extensions ('5' for a v7 directory)
+  bool regular = true;        // a file with data: types '0', NUL, '7'
+  bool sparse = false;        // a GNU sparse file (type 'S' or PAX GNU.sparse.* records)
   uint64_t size = 0;          // payload bytes
   uint64_t start_offset = 0;  // first header block of the entry, extension headers included
   uint64_t data_offset = 0;   // first payload byte
@@ -41,7 +43,9 @@ struct TarEntry {
 // they describe.
 class TarHeaderDecoder {
  public:
-  enum class Kind { kEntry, kExtension, kZero };
+  // kSparseMap: the block was a header or map block of an old GNU sparse file and another
+  // map block follows: pass it to decode() too; the entry comes after the last one.
+  enum class Kind { kEntry, kExtension, kZero, kSparseMap };
   explicit TarHeaderDecoder(std::string source) : source_(std::move(source)) {}
   // Decodes the 512-byte block at `offset`. kExtension: pass its payload
   // (extension_size() bytes, padded to blocks in the archive) to extension_data().
@@ -49,8 +53,9 @@ class TarHeaderDecoder {
   uint64_t extension_size() const { return ext_size_; }
   Status extension_data(std::string_view data);
   const TarEntry& entry() const { return entry_; }
-  // True when extension headers were read but their entry has not come yet.
-  bool pending() const { return has_pending_; }
+  // True when extension headers (or sparse map blocks) were read but their entry has not
+  // come yet.
+  bool pending() const { return has_pending_ || sparse_map_pending_; }
 
  private:
   std::string source_;
@@ -60,10 +65,13 @@ class TarHeaderDecoder {
   uint64_t ext_offset_ = 0;
   bool has_pending_ = false;
   uint64_t pending_start_ = 0;
-  std::string long_name_;  // GNU 'L'
-  std::string pax_path_;   // PAX path=
+  std::string long_name_;    // GNU 'L'
+  std::string pax_path_;     // PAX path=
+  std::string sparse_name_;  // PAX GNU.sparse.name=
   bool pax_has_size_ = false;
   uint64_t pax_size_ = 0;
+  bool pax_sparse_ = false;          // PAX GNU.sparse.* records
+  bool sparse_map_pending_ = false;  // the next block continues an old GNU sparse map
 };
 
 using TarEntryFn = std::function<Status(const TarEntry& entry)>;
@@ -71,8 +79,11 @@ using TarPayloadFn = std::function<Status(const TarEntry& entry, const uint8_t* 
 
 // Walks every entry of an archive stream, skipping payloads. Stops at the end-of-archive
 // marker or at a clean end of data on a header boundary; a stream that ends inside a
-// header or payload is reported as truncated.
-Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_entry);
+// header or payload is reported as truncated. On an error, `*in_payload` (when given) says
+// whether it was met inside the payload of the entry last handed to on_entry (that member
+// is damaged) rather than at a header (every entry handed out is whole).
+Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_entry,
+                bool* in_payload = nullptr);
 
 // Walks the entries in [data, data+len), which hold whole entries starting at archive
 // offset `base_offset` (for messages). Payload pointers stay valid as long as `data`.
