@@ -103,6 +103,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
 
   io::ScanOptions scan;
   scan.on_corrupt = options.on_corrupt;
+  scan.strict_members = options.strict_members;
   scan.threads = options.scan_threads;
   scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
   scan.cache_mode = options.use_manifest_cache ? io::CacheMode::kUse : io::CacheMode::kBypass;

@@ -55,6 +55,10 @@ struct LoaderOptions {
   PlanSpec plan;  // L, seed, shuffle, drop_last, strategies
   Order order = Order::kExact;
   io::OnCorrupt on_corrupt = io::OnCorrupt::kFail;
+  // Members WebDataset's rule skips (docs/tar.md: no key.ext name, links, ...) are skipped
+  // and counted (Manifest::members_skipped); true makes each one but a directory entry
+  // damage, handled by on_corrupt.
+  bool strict_members = false;
   // The pipeline: replicable stages (Spec::map) run by every worker, non-replicable ones
   // (Spec::once) once per rank in its dispatcher, stages after Spec::merge() in the loader
   // (runtime/pipeline_cut.h decides; a pipeline that cannot be cut fails open()).

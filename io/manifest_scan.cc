@@ -25,42 +25,129 @@ namespace shardyard::io {
 
 namespace {
 
-// Groups consecutive members by key into SampleEntry records.
+// A member as the grouper sees it: a tar entry, or a loose file of a directory source.
+struct ScannedMember {
+  std::string_view path;
+  char type = '0';      // tar typeflag; '0' for a loose file
+  bool regular = true;  // a file with data (tar: '0', NUL, '7', 'S')
+  bool sparse = false;  // a GNU sparse file
+  uint64_t begin = 0, end = 0, size = 0;
+};
+
+std::string type_name(char type) {
+  switch (type) {
+    case '1':
+      return "a hard link";
+    case '2':
+      return "a symbolic link";
+    case '3':
+    case '4':
+      return "a device";
+    case '6':
+      return "a FIFO";
+    default:
+      return std::string("a member of tar type '") + type + "'";
+  }
+}
+
+// Groups members into SampleEntry records as WebDataset does: consecutive members with
+// one key make a sample, members without a key are skipped (counted) and do not end the
+// sample around them. Damage confined to one sample (a repeated field, a sparse file)
+// drops that sample and goes on under kSkip; damage of the archive itself ends the scan
+// (stop()), keeping every sample whose members are whole.
 class SampleGrouper {
  public:
-  SampleGrouper(SourceEntry* out, const std::string& source) : out_(out), source_(source) {}
-  Status add(const std::string& path, uint64_t begin, uint64_t end, uint64_t size) {
-    auto kf = split_key(path);
-    if (!kf.is_ok())
-      return corrupt(source_ + " at byte " + std::to_string(begin) + ": " + kf.status().message());
+  SampleGrouper(SourceEntry* out, const std::string& source, OnCorrupt policy, bool strict)
+      : out_(out), source_(source), policy_(policy), strict_(strict) {}
+
+  Status add(const ScannedMember& m) {
+    last_in_current_ = false;
+    if (!m.regular) {
+      ++out_->members_skipped;
+      if (!strict_ || m.type == '5') return Status::ok();  // a directory holds no data
+      return damage(m.begin,
+                    member(m) + " is " + type_name(m.type) + ", which WebDataset skips (--strict)");
+    }
+    auto kf = split_key(m.path);
+    if (!kf) {
+      ++out_->members_skipped;
+      if (!strict_) return Status::ok();
+      return damage(m.begin, member(m) + " " + unmatched_reason(m.path) +
+                                 ", which WebDataset skips (--strict)");
+    }
     if (has_current_ && kf->key == current_.key) {
-      for (const auto& f : fields_)
-        if (f == kf->field)
-          return corrupt(source_ + " at byte " + std::to_string(begin) + ": member '" + path +
-                         "' repeats a field of the same sample");
-      current_.end = end;
-      current_.payload_bytes += size;
+      current_.end = m.end;
+      current_.payload_bytes += m.size;
     } else {
       flush();
-      current_ = SampleEntry{std::string(kf->key), begin, end, size};
+      current_ = SampleEntry{std::string(kf->key), m.begin, m.end, m.size};
       has_current_ = true;
+      bad_ = false;
       fields_.clear();
     }
-    fields_.emplace_back(kf->field);
+    last_in_current_ = true;
+    if (m.sparse)
+      return damage_sample(m.begin, member(m) +
+                                        " is a GNU sparse file, which shardyard does not read "
+                                        "(write the shard without --sparse)");
+    for (const auto& f : fields_)
+      if (f == kf->field)
+        return damage_sample(m.begin, member(m) + " repeats a field of the same sample ('" + f +
+                                          "' of '" + current_.key + "')");
+    fields_.push_back(std::move(kf->field));
     return Status::ok();
   }
-  void flush() {
-    if (has_current_) out_->samples.push_back(std::move(current_));
-    has_current_ = false;
+
+  // The archive is damaged at stream position `at` (kSkip): nothing after it is read. The
+  // sample in progress is kept unless the damage lies in one of its members' payloads.
+  void stop(const Status& st, uint64_t at, bool in_last_payload) {
+    if (in_last_payload && last_in_current_) bad_ = true;
+    flush();
+    note(at, st.message());
   }
-  void drop_current() { has_current_ = false; }
+
+  void finish() {
+    flush();
+    if (damages_ > 1) out_->damage += " (and " + std::to_string(damages_ - 1) + " more)";
+  }
 
  private:
+  std::string member(const ScannedMember& m) const {
+    return source_ + " at byte " + std::to_string(m.begin) + ": member '" + std::string(m.path) +
+           "'";
+  }
+  void flush() {
+    if (has_current_ && !bad_) out_->samples.push_back(std::move(current_));
+    has_current_ = false;
+  }
+  void note(uint64_t at, const std::string& message) {
+    if (damages_++ > 0) return;
+    out_->damaged = true;
+    out_->damaged_at = at;
+    out_->damage = message;
+  }
+  // A member that is damage on its own: an error under kFail, noted under kSkip.
+  Status damage(uint64_t at, std::string message) {
+    if (policy_ == OnCorrupt::kFail) return corrupt(std::move(message));
+    note(at, message);
+    return Status::ok();
+  }
+  // Damage that spoils the sample in progress: under kSkip it is dropped whole.
+  Status damage_sample(uint64_t at, std::string message) {
+    bad_ = true;
+    return damage(at, std::move(message));
+  }
+
   SourceEntry* out_;
   const std::string& source_;
+  const OnCorrupt policy_;
+  const bool strict_;
   SampleEntry current_;
   bool has_current_ = false;
+  bool bad_ = false;                 // the sample in progress is damaged: dropped at flush()
+  bool last_in_current_ = false;     // the last member added belongs to the sample in progress
   std::vector<std::string> fields_;  // of the current sample
+  uint64_t damages_ = 0;
 };
 
 // Under kSkip, what counts as damage of one source rather than a failure of the run: a
@@ -73,7 +160,7 @@ bool is_damage(const Status& st, const SourceRef& ref) {
 }
 
 Status scan_tar_source(std::shared_ptr<RandomAccessFile> shared, const SourceRef& ref,
-                       SourceEntry* e, OnCorrupt policy) {
+                       SourceEntry* e, OnCorrupt policy, bool strict) {
   e->size_bytes = shared->size();
   bool gz = ref.kind == SourceKind::kTarGz || looks_gzip(*shared);
   if (gz) e->kind = SourceKind::kTarGz;
@@ -81,23 +168,28 @@ Status scan_tar_source(std::shared_ptr<RandomAccessFile> shared, const SourceRef
   // Messages name the shard; a remote one without its query string (a presigned URL's
   // signature must not reach a log).
   const std::string name = is_remote_uri(ref.uri) ? redact_url(ref.uri) : ref.uri;
-  SampleGrouper group(e, name);
-  Status st = scan_tar(*stream, name, [&](const TarEntry& t) -> Status {
-    if (!t.regular) return Status::ok();
-    return group.add(t.path, t.start_offset, t.end_offset(), t.size);
-  });
+  SampleGrouper group(e, name, policy, strict);
+  bool in_payload = false;
+  Status st = scan_tar(
+      *stream, name,
+      [&](const TarEntry& t) -> Status {
+        return group.add(
+            {t.path, t.type, t.regular, t.sparse, t.start_offset, t.end_offset(), t.size});
+      },
+      &in_payload);
   if (!st.is_ok()) {
     if (policy == OnCorrupt::kFail || !is_damage(st, ref)) return st;
-    group.drop_current();  // the sample in progress may be incomplete
-    e->damaged = true;
     // A skip can carry a file stream's position past the end of the file; keep it inside.
-    e->damaged_at = gz ? stream->position() : std::min(stream->position(), e->size_bytes);
-    e->damage = st.message();
-    return Status::ok();
+    group.stop(st, gz ? stream->position() : std::min(stream->position(), e->size_bytes),
+               in_payload);
   }
-  group.flush();
-  if (e->samples.empty()) {
-    Status empty = corrupt(name + ": shard has no samples (empty archive)");
+  group.finish();
+  if (e->samples.empty() && !e->damaged) {
+    Status empty =
+        corrupt(name + ": shard has no samples (" +
+                (e->members_skipped > 0 ? std::to_string(e->members_skipped) + " members skipped"
+                                        : std::string("empty archive")) +
+                ")");
     if (policy == OnCorrupt::kFail) return empty;
     e->damaged = true;
     e->damage = empty.message();
@@ -124,27 +216,18 @@ Status stat_files(FileSystem& fs, const std::string& dir, const std::vector<std:
   return Status::ok();
 }
 
-Status scan_directory_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e,
-                             OnCorrupt policy) {
+Status scan_directory_source(FileSystem& fs, const SourceRef& ref, SourceEntry* e, OnCorrupt policy,
+                             bool strict) {
   SY_ASSIGN_OR_RETURN(e->files, fs.list(ref.uri));
   std::vector<uint64_t> sizes;
   SY_RETURN_IF_ERROR(stat_files(fs, ref.uri, e->files, &sizes, &e->files_digest));
-  SampleGrouper group(e, ref.uri);
+  SampleGrouper group(e, ref.uri, policy, strict);
   for (size_t i = 0; i < e->files.size(); ++i) {
     e->size_bytes += sizes[i];
-    Status st = group.add(e->files[i], i, i + 1, sizes[i]);
-    if (!st.is_ok()) {
-      if (policy == OnCorrupt::kFail) return st;
-      e->damaged = true;
-      e->damaged_at = i;
-      e->damage = st.message();
-      group.drop_current();
-      e->files.resize(i);  // keep only files before the damage
-      return Status::ok();
-    }
+    SY_RETURN_IF_ERROR(group.add({e->files[i], '0', true, false, i, i + 1, sizes[i]}));
   }
-  group.flush();
-  if (e->samples.empty()) {
+  group.finish();
+  if (e->samples.empty() && !e->damaged) {
     Status empty = corrupt(ref.uri + ": directory has no samples");
     if (policy == OnCorrupt::kFail) return empty;
     e->damaged = true;
@@ -206,6 +289,16 @@ bool cache_fresh(FileSystem& fs, const Manifest& m, const std::vector<SourceRef>
   return fresh;
 }
 
+// Whether a cached manifest stands for a scan with these options. One with damaged sources
+// only under kSkip (kFail rescans, which reports the damage). One scanned with the other
+// strict_members setting only when that cannot have mattered: a strict one without damage,
+// a lenient one that skipped no member.
+bool cache_usable(const Manifest& m, const ScanOptions& o) {
+  if (o.on_corrupt == OnCorrupt::kFail && m.num_damaged() > 0) return false;
+  if (m.strict_members == o.strict_members) return true;
+  return m.strict_members ? m.num_damaged() == 0 : m.members_skipped() == 0;
+}
+
 Status make_dirs(const std::string& dir) {
   std::string at;
   std::stringstream in(dir);
@@ -222,7 +315,8 @@ Status make_dirs(const std::string& dir) {
 
 }  // namespace
 
-Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt on_corrupt) {
+Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt on_corrupt,
+                                bool strict_members) {
   SourceEntry e;
   e.uri = ref.uri;
   e.kind = ref.kind;
@@ -241,7 +335,7 @@ Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt 
     }
     e.mtime_ns = (*file)->version();
     SY_RETURN_IF_ERROR(scan_tar_source(std::shared_ptr<RandomAccessFile>(std::move(file).value()),
-                                       ref, &e, on_corrupt));
+                                       ref, &e, on_corrupt, strict_members));
     return e;
   }
   auto info = fs.stat(ref.uri);
@@ -259,10 +353,10 @@ Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt 
   e.inode = info->inode;
   if (info->is_directory) {
     e.kind = SourceKind::kDirectory;
-    SY_RETURN_IF_ERROR(scan_directory_source(fs, ref, &e, on_corrupt));
+    SY_RETURN_IF_ERROR(scan_directory_source(fs, ref, &e, on_corrupt, strict_members));
   } else {
     SY_ASSIGN_OR_RETURN(auto file, fs.open(ref.uri));
-    SY_RETURN_IF_ERROR(scan_tar_source(std::move(file), ref, &e, on_corrupt));
+    SY_RETURN_IF_ERROR(scan_tar_source(std::move(file), ref, &e, on_corrupt, strict_members));
   }
   return e;
 }
@@ -288,24 +382,23 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
   }
   if (!cache_path.empty() && options.cache_mode == CacheMode::kUse) {
     auto cached = load_manifest(cache_path);
-    if (cached.is_ok() && cache_fresh(fs, *cached, refs, threads)) {
-      // A cached manifest with damage is only valid under the policy that accepts it.
-      if (options.on_corrupt == OnCorrupt::kSkip || cached->num_damaged() == 0) {
-        report->from_cache = true;
-        for (const auto& s : cached->sources)
-          if (s.damaged) report->skipped.push_back(s.damage);
-        return std::move(cached).value();
-      }
+    if (cached.is_ok() && cache_usable(*cached, options) &&
+        cache_fresh(fs, *cached, refs, threads)) {
+      report->from_cache = true;
+      for (const auto& s : cached->sources)
+        if (s.damaged) report->skipped.push_back(s.damage);
+      return std::move(cached).value();
     }
   }
 
   Manifest m;
+  m.strict_members = options.strict_members;
   m.sources.resize(refs.size());
   std::vector<Status> errors(refs.size());
   std::atomic<bool> failed{false};
   parallel_for(refs.size(), threads, [&](size_t i) {
     if (failed) return;  // the run fails anyway: do not fetch the rest
-    auto r = scan_source(fs, refs[i], options.on_corrupt);
+    auto r = scan_source(fs, refs[i], options.on_corrupt, options.strict_members);
     if (r.is_ok()) {
       m.sources[i] = std::move(r).value();
     } else {

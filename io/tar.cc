@@ -110,7 +110,7 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
 
   // Reuse entry_.path's storage: one allocation per decoder, not one per member.
   entry_.type = type;
-  entry_.regular = (type == '0' || type == '\0' || type == '7');
+  entry_.regular = (type == '0' || type == '\0' || type == '7' || type == 'S');
   entry_.sparse = type == 'S' || pax_sparse_;
   entry_.start_offset = pending_start_;
   entry_.data_offset = offset + kTarBlock;
@@ -289,16 +289,62 @@ Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
   return Status::ok();
 }
 
-Result<KeyField> split_key(std::string_view path) {
-  size_t slash = path.rfind('/');
-  size_t base = slash == std::string_view::npos ? 0 : slash + 1;
-  size_t dot = path.find('.', base);
-  if (dot == base)
-    return corrupt("member '" + std::string(path) + "' has no key (its name starts with a dot)");
-  if (dot == std::string_view::npos || dot + 1 == path.size())
-    return corrupt("member '" + std::string(path) +
-                   "' has no field name (no dot in its name, as in key.ext)");
-  return KeyField{path.substr(0, dot), path.substr(dot + 1)};
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+// tar_file_iterator's filters: a name without '/' that starts and ends with "__", or one
+// whose first component does (the regular expression __[^/]*__($|/) at the start).
+bool is_metadata(std::string_view path) {
+  if (!starts_with(path, "__")) return false;
+  const size_t slash = path.find('/');
+  if (slash == std::string_view::npos && ends_with(path, "__")) return true;
+  const std::string_view first = path.substr(0, slash);
+  return first.size() >= 4 && ends_with(first, "__");
+}
+
+// Where base_plus_ext's regular expression ^((?:.*/|)[^.]+)[.]([^/]*)$ splits `path` (the
+// index of the dot between key and extension), or npos when it does not match. The dot must
+// lie in the base name (the extension has no '/'), and the key must end in a run of at
+// least one character without a dot that starts the path or follows a '/': the first dot
+// of the base name when the base name does not start with it; otherwise that leading dot
+// when the last folder's name has no dot (the run is then "folder/").
+size_t key_dot(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', base);
+  if (dot == std::string_view::npos || dot > base) return dot;
+  if (slash == std::string_view::npos) return std::string_view::npos;
+  const size_t prev = slash == 0 ? std::string_view::npos : path.rfind('/', slash - 1);
+  const size_t folder = prev == std::string_view::npos ? 0 : prev + 1;
+  if (path.substr(folder, slash - folder).find('.') != std::string_view::npos)
+    return std::string_view::npos;
+  return dot;
+}
+
+}  // namespace
+
+std::optional<KeyField> split_key(std::string_view path) {
+  if (is_metadata(path)) return std::nullopt;
+  const size_t dot = key_dot(path);
+  if (dot == std::string_view::npos) return std::nullopt;
+  KeyField kf{path.substr(0, dot), std::string(path.substr(dot + 1))};
+  for (char& c : kf.field)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return kf;
+}
+
+std::string unmatched_reason(std::string_view path) {
+  if (path.empty()) return "has an empty name";
+  if (is_metadata(path)) return "is a metadata name (__name__)";
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  if (path.find('.', base) == std::string_view::npos)
+    return "has no extension (no dot in its name, as in key.ext)";
+  return "has no key (its name starts with a dot)";
 }
 
 }  // namespace shardyard::io

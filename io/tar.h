@@ -6,13 +6,15 @@
 // memory and hands out payload views without copying (for reading a run of samples).
 // Damage is reported as a kCorrupt Status naming the source and the byte offset of the
 // bad header; nothing is read past it. Header fields are read as Python's tarfile reads
-// them. See docs/tar.md for what is accepted.
+// them, and split_key() is WebDataset's rule for which members make up a sample. See
+// docs/tar.md for what is accepted.
 //
 // Thread-compatible: a TarHeaderDecoder belongs to one parse; the functions are reentrant.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,7 +31,7 @@ inline constexpr uint64_t kMaxMemberBytes = 1ull << 50;
 struct TarEntry {
   std::string path;
   char type = '0';            // ustar typeflag after extensions ('5' for a v7 directory)
-  bool regular = true;        // a file with data: types '0', NUL, '7'
+  bool regular = true;        // a file with data: types '0', NUL, '7' and GNU sparse 'S'
   bool sparse = false;        // a GNU sparse file (type 'S' or PAX GNU.sparse.* records)
   uint64_t size = 0;          // payload bytes
   uint64_t start_offset = 0;  // first header block of the entry, extension headers included
@@ -90,13 +92,19 @@ Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_
 Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
                         const std::string& source, const TarPayloadFn& on_entry);
 
-// WebDataset key rule: key = member path up to the first dot of its base name; the field is
-// the rest ("a/b/x.input.seq.bin" -> key "a/b/x", field "input.seq.bin"). Fails for a
-// member without a key (base name starts with a dot) or without a field (no dot).
+// WebDataset's rule (webdataset/tariterators.py: tar_file_iterator's metadata filters and
+// base_plus_ext, then group_by_keys' lowercasing): the key is the member path up to the
+// first dot of its base name and the field is the rest, in lower case ("a/b/x.Input.bin" ->
+// key "a/b/x", field "input.bin"; "x." -> field ""). A base name that starts with a dot
+// takes the folder as key when the folder's own name has no dot ("a/.txt" -> "a/", "txt").
+// nullopt for a member WebDataset skips: no dot in its base name, a leading dot with no
+// such folder ("._x.jpg", ".hidden"), or a metadata name ("__meta__", "__x__/y.json").
 struct KeyField {
   std::string_view key;
-  std::string_view field;
+  std::string field;  // ASCII letters lowercased, as WebDataset lowercases it
 };
-Result<KeyField> split_key(std::string_view path);
+std::optional<KeyField> split_key(std::string_view path);
+// Why split_key() skips `path`, for messages ("has no extension (no dot in its name)").
+std::string unmatched_reason(std::string_view path);
 
 }  // namespace shardyard::io

@@ -16,7 +16,7 @@ namespace {
 struct ManifestArgs {
   std::vector<std::string> sources;
   std::string output, file, cache_dir, on_corrupt = "fail";
-  bool samples = false, json = false;
+  bool samples = false, json = false, strict = false;
   unsigned threads = 2;
 };
 
@@ -26,6 +26,7 @@ Result<Manifest> obtain(const ManifestArgs& a, bool build, io::ScanReport* repor
   if (!a.file.empty()) return io::load_manifest(a.file);
   io::ScanOptions scan;
   scan.on_corrupt = a.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
+  scan.strict_members = a.strict;
   scan.threads = a.threads;
   scan.cache_dir = a.cache_dir.empty() ? io::default_cache_dir() : a.cache_dir;
   scan.cache_mode = build ? io::CacheMode::kRebuild : io::CacheMode::kUse;
@@ -39,11 +40,14 @@ int show(const Manifest& m, const ManifestArgs& a) {
     j["samples"] = m.num_samples();
     j["payload_bytes"] = m.payload_bytes();
     j["damaged"] = m.num_damaged();
+    j["members_skipped"] = m.members_skipped();
+    j["strict_members"] = m.strict_members;
     for (const auto& s : m.sources) {
       nlohmann::json js{{"uri", json_text(s.uri)},
                         {"kind", source_kind_name(s.kind)},
                         {"size_bytes", s.size_bytes},
-                        {"samples", s.samples.size()}};
+                        {"samples", s.samples.size()},
+                        {"members_skipped", s.members_skipped}};
       if (s.damaged) js["damage"] = json_text(s.damage);
       if (a.samples)
         for (const auto& e : s.samples)
@@ -58,12 +62,15 @@ int show(const Manifest& m, const ManifestArgs& a) {
   }
   std::printf(
       "fingerprint  %s\nsources      %zu\nsamples      %llu\npayload      %.1f MB\ndamaged      "
-      "%zu\n",
+      "%zu\nskipped      %llu members\n",
       m.fingerprint_hex().c_str(), m.sources.size(),
-      static_cast<unsigned long long>(m.num_samples()), m.payload_bytes() / 1e6, m.num_damaged());
+      static_cast<unsigned long long>(m.num_samples()), m.payload_bytes() / 1e6, m.num_damaged(),
+      static_cast<unsigned long long>(m.members_skipped()));
   for (const auto& s : m.sources) {
-    std::printf("  %-9s %8zu samples %12llu bytes  %s%s%s\n", source_kind_name(s.kind),
-                s.samples.size(), static_cast<unsigned long long>(s.size_bytes), s.uri.c_str(),
+    std::printf("  %-9s %8zu samples %12llu bytes %6llu skipped  %s%s%s\n",
+                source_kind_name(s.kind), s.samples.size(),
+                static_cast<unsigned long long>(s.size_bytes),
+                static_cast<unsigned long long>(s.members_skipped), s.uri.c_str(),
                 s.damaged ? "  DAMAGED: " : "", s.damaged ? s.damage.c_str() : "");
     if (a.samples)
       for (const auto& e : s.samples)
@@ -89,6 +96,9 @@ Command add_manifest_commands(CLI::App& app) {
   build->add_option("--on-corrupt", args->on_corrupt, "fail | skip")
       ->check(CLI::IsMember({"fail", "skip"}));
   build->add_option("--threads", args->threads, "sources scanned in parallel");
+  build->add_flag("--strict", args->strict,
+                  "a member WebDataset skips (no key.ext name, a link; not a directory) is an "
+                  "error (or, with --on-corrupt skip, damage)");
   auto* showc = m->add_subcommand("show", "print a manifest (from a file or the sources)");
   showc->add_option("file", args->file, "a manifest file");
   showc->add_option("--source", args->sources, "shard paths, brace patterns or directories");
@@ -123,11 +133,12 @@ Command add_manifest_commands(CLI::App& app) {
       }
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf(
-          "manifest %s: %zu sources, %llu samples, %.1f MB payload, %zu damaged, %s in %.3f s -> "
-          "%s\n",
+          "manifest %s: %zu sources, %llu samples, %.1f MB payload, %zu damaged, %llu members "
+          "skipped, %s in %.3f s -> %s\n",
           m->fingerprint_hex().c_str(), m->sources.size(),
           static_cast<unsigned long long>(m->num_samples()), m->payload_bytes() / 1e6,
-          m->num_damaged(), report.from_cache ? "from cache" : "scanned", s,
+          m->num_damaged(), static_cast<unsigned long long>(m->members_skipped()),
+          report.from_cache ? "from cache" : "scanned", s,
           args->output.empty() ? report.cache_path.c_str() : args->output.c_str());
       return 0;
     }

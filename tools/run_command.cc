@@ -29,7 +29,7 @@ struct RunArgs {
   uint32_t ranks = 1, workers = 2, batch_size = 64, epochs = 1;
   uint64_t seed = 0;
   uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2, prefetch_packets = 0;
-  bool shuffle = false, drop_last = false, json = false, no_cache = false;
+  bool shuffle = false, drop_last = false, json = false, no_cache = false, strict = false;
   std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
   std::string distributed_strategy = "strided", worker_strategy = "strided";
   std::vector<std::string> maps;
@@ -228,6 +228,7 @@ int run(const RunArgs& args) {
   opt.plan.worker_strategy = args.worker_strategy;
   opt.order = args.order == "as_completed" ? Order::kAsCompleted : Order::kExact;
   opt.on_corrupt = args.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
+  opt.strict_members = args.strict;
   opt.prefetch_batches = args.prefetch_batches;
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
   opt.use_manifest_cache = !args.no_cache;
@@ -385,6 +386,7 @@ int run(const RunArgs& args) {
   j["samples_per_s"] = seconds > 0 ? total.samples / seconds : 0.0;
   j["mb_per_s"] = seconds > 0 ? total.bytes / seconds / 1e6 : 0.0;
   j["corrupt_skipped"] = (*cluster)->manifest().num_damaged();
+  j["members_skipped"] = (*cluster)->manifest().members_skipped();
   j["ranks"] = args.ranks;
   j["workers"] = args.workers;
   j["batch_size"] = args.batch_size;
@@ -453,6 +455,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--drop-last", args->drop_last, "every batch full; the tail is not delivered");
   cmd->add_option("--on-corrupt", args->on_corrupt, "fail | skip")
       ->check(CLI::IsMember({"fail", "skip"}));
+  cmd->add_flag("--strict", args->strict,
+                "a member WebDataset skips (no key.ext name, a link; not a directory) is an "
+                "error (or, with --on-corrupt skip, damage)");
   cmd->add_option("--dump-keys", args->dump_dir,
                   "write DIR/rank-<r>.tsv of every delivered sample (or window)");
   cmd->add_flag("--json", args->json, "print only the JSON summary");

@@ -65,8 +65,71 @@ def dumped(folder):
     return {row[2]: row for row in base.read_dump(folder, 1)[0]}
 
 
+def case_webdataset_shards(tmp):
+    # The issue's shard: 5 good samples and a README; and one with macOS metadata.
+    write_tar(f"{tmp}/readme.tar", samples(5)[:4] + [("README", b"about")] + samples(5)[4:])
+    write_tar(f"{tmp}/macos.tar", [("._s0100.jpg", b"\0\5\26\7")] + samples(3, 100))
+    src = f"{tmp}/{{readme,macos}}.tar"
+    for extra in ([], ["--on-corrupt", "skip"]):
+        p = shardyard("run", "--source", src, "--json", "--workers", 1, *extra,
+                      "--dump-keys", f"{tmp}/dump{len(extra)}")
+        s = summary(p)
+        check(s is not None and s["samples"] == 8 and s["members_skipped"] == 2 and
+              s["corrupt_skipped"] == 0, f"run {extra}: {p.returncode} {s} {p.stderr[-300:]}")
+        if s:
+            rows = dumped(f"{tmp}/dump{len(extra)}")
+            check(sorted(rows) == [f"s{i:04d}" for i in list(range(5)) + [100, 101, 102]],
+                  f"keys {sorted(rows)}")
+    p = shardyard("run", "--source", src, "--json", "--strict")
+    err = p.stderr.decode()
+    check(p.returncode == 1 and "README" in err and "readme.tar" in err and "--strict" in err,
+          f"--strict: {p.returncode} {err}")
+    p = shardyard("run", "--source", src, "--json", "--strict", "--on-corrupt", "skip")
+    s = summary(p)
+    check(s is not None and s["samples"] == 8 and s["corrupt_skipped"] == 2,
+          f"--strict --on-corrupt skip: {s} {p.stderr[-300:]}")
+    p = shardyard("manifest", "show", "--source", src, "--json")
+    check(p.returncode == 0 and json.loads(p.stdout)["members_skipped"] == 2 and
+          [x["members_skipped"] for x in json.loads(p.stdout)["sources"]] == [1, 1],
+          f"manifest show --json: {p.stdout[-400:]} {p.stderr}")
+
+    # A size field of NULs before the digits (libarchive's timestamp_overflow archive):
+    # tarfile reads size 0, and so must the scan.
+    write_tar(f"{tmp}/nul.tar", samples(2) + [("tmp/f.txt", b"")])
+    data = bytearray(open(f"{tmp}/nul.tar", "rb").read())
+    with tarfile.open(f"{tmp}/nul.tar") as tf:
+        at = tf.getmember("tmp/f.txt").offset
+    data[at + 124:at + 136] = b"\0" * 7 + b"0016\0"
+    data[at + 148:at + 156] = b" " * 8
+    data[at + 148:at + 156] = b"%06o\0 " % sum(data[at:at + 512])
+    open(f"{tmp}/nul.tar", "wb").write(bytes(data))
+    with tarfile.open(f"{tmp}/nul.tar") as tf:
+        check(tf.getmember("tmp/f.txt").size == 0, "the setup: tarfile reads size 0")
+    p = shardyard("run", "--source", f"{tmp}/nul.tar", "--json", "--dump-keys", f"{tmp}/dnul")
+    s = summary(p)
+    check(s is not None and s["samples"] == 3, f"NUL-led size field: {p.stderr}")
 
 
+def case_skip_keeps_whole_samples(tmp):
+    write_tar(f"{tmp}/a.tar", samples(10))
+    data = bytearray(open(f"{tmp}/a.tar", "rb").read())
+    with tarfile.open(f"{tmp}/a.tar") as tf:
+        at = tf.getmember("s0006.jpg").offset
+    data[at + 5] ^= 0x20  # the header of sample 6's first member no longer sums up
+    open(f"{tmp}/a.tar", "wb").write(bytes(data))
+    # A repeated field spoils sample 2 of b.tar; the archive around it is whole.
+    write_tar(f"{tmp}/b.tar", samples(2, 20) + [("s0022.cls", b"1"), ("s0022.CLS", b"2")] +
+              samples(3, 23))
+    p = shardyard("run", "--source", f"{tmp}/{{a,b}}.tar", "--json", "--on-corrupt", "skip",
+                  "--dump-keys", f"{tmp}/dump")
+    s = summary(p)
+    check(s is not None and s["corrupt_skipped"] == 2, f"{p.returncode} {s} {p.stderr}")
+    if s:
+        keys = sorted(dumped(f"{tmp}/dump"))
+        want = [f"s{i:04d}" for i in list(range(6)) + [20, 21, 23, 24, 25]]
+        check(keys == want, f"kept {keys}, want every whole sample {want}")
+        err = p.stderr.decode()
+        check(err.count("warning: skipped:") == 2, f"warnings: {err}")
 
 
 def case_stale_cache(tmp):

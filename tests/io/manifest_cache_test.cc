@@ -1,6 +1,7 @@
 // Tests of the manifest cache's freshness and modes (io/manifest_scan.h): a shard replaced
 // with the old size and mtime is scanned again, kRebuild replaces whatever is cached,
-// kBypass removes a cached manifest the scan shows stale, and an old format is rebuilt.
+// kBypass removes a cached manifest the scan shows stale, an old format is rebuilt, and a
+// cache built with the other strict_members setting is used only where it cannot matter.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -164,6 +165,31 @@ TEST_F(ManifestCache, OldFormatVersionIsRebuiltNotMisread) {
   EXPECT_FALSE(second.from_cache);
   EXPECT_EQ(static_cast<unsigned char>(test::read_file(first.cache_path)[8]),
             kManifestFormatVersion);
+}
+
+TEST_F(ManifestCache, StrictScanUsesALenientCacheOnlyWithoutSkippedMembers) {
+  const auto& fx = Fixtures::get();
+  test::write_file(shard, test::read_file(fx.path("py_pax_size.tar")));  // files only
+  ScanReport lenient;
+  ASSERT_TRUE(build(&lenient).is_ok());
+  options.strict_members = true;
+  ScanReport strict;
+  ASSERT_TRUE(build(&strict).is_ok());
+  EXPECT_TRUE(strict.from_cache) << "no member was skipped: the scans agree";
+
+  // A README: the lenient scan skipped it, a strict one refuses it, so the lenient cache
+  // does not stand for a strict scan.
+  test::write_file(shard, test::read_file(fx.path("py_nodot.tar")));
+  options.strict_members = false;
+  ScanReport with_readme;
+  auto m = build(&with_readme);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->members_skipped(), 1u);
+  options.strict_members = true;
+  ScanReport refused;
+  auto r = build(&refused);
+  ASSERT_FALSE(r.is_ok()) << "a strict scan read the lenient cache";
+  EXPECT_NE(r.status().message().find("README"), std::string::npos) << r.status().message();
 }
 
 // A loose file of a directory source rewritten in place (same name, size and mtime).

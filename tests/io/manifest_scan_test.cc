@@ -239,28 +239,6 @@ TEST(DirectorySource, LooseFilesAreGroupedIntoSamplesByKey) {
   EXPECT_EQ(s.samples[2].end, 5u);
 }
 
-TEST(DirectorySource, FileWithoutAFieldFailsOrEndsTheSource) {
-  TempDir dir;
-  fs::create_directories(dir.file("loose"));
-  for (const char* name : {"a.cls", "b.cls", "c.cls", "zz_README"})
-    test::write_file(dir.file(std::string("loose/") + name), "x");
-  auto fail = scan_source(local_file_system(), {dir.file("loose"), SourceKind::kDirectory},
-                          OnCorrupt::kFail);
-  ASSERT_FALSE(fail.is_ok());
-  EXPECT_EQ(fail.status().code(), StatusCode::kCorrupt);
-  EXPECT_NE(fail.status().message().find("zz_README"), std::string::npos);
-  EXPECT_NE(fail.status().message().find(dir.file("loose")), std::string::npos);
-  auto skip = scan_source(local_file_system(), {dir.file("loose"), SourceKind::kDirectory},
-                          OnCorrupt::kSkip);
-  ASSERT_TRUE(skip.is_ok()) << skip.status().to_string();
-  EXPECT_TRUE(skip->damaged);
-  EXPECT_EQ(skip->damaged_at, 3u) << "the file index of the damage";
-  ASSERT_GE(skip->samples.size(), 2u);
-  EXPECT_EQ(skip->samples[0].key, "a");
-  EXPECT_EQ(skip->samples[1].key, "b");
-  EXPECT_LE(skip->files.size(), 3u) << "files from the damage on are dropped";
-}
-
 // A cached manifest of a loose-file directory must not hide files added later, at the top
 // or in a subdirectory (the listing is recursive).
 TEST(DirectorySource, CachedManifestSeesFilesAddedLater) {

@@ -1,18 +1,25 @@
 // Tests of the header decoder (io/tar.h) on headers that real writers produce and Python's
 // tarfile reads: numeric fields with leading NULs or spaces and other terminators, Solaris
-// 'X' extended headers.
+// 'X' extended headers, GNU sparse files (refused with their name, other samples kept).
 #include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "io/manifest_scan.h"
 #include "io/tar.h"
 #include "tar_fixtures.h"
 
 namespace shardyard::io {
 namespace {
+
+using test::TempDir;
 
 struct Seen {
   std::string path;
@@ -123,6 +130,45 @@ TEST(TarFormats, SolarisExtendedHeaderIsReadAsPax) {
   bool found = false;
   for (const auto& e : *got) found = found || e.path == name;
   EXPECT_TRUE(found) << "the 'X' header's path was not applied";
+}
+
+// GNU tar --sparse stores holes out of the payload; WebDataset would fill them in, a
+// byte range cannot. Such a member is refused by name, and under kSkip only its sample
+// is dropped: the old GNU format's extra map blocks and PAX's GNU.sparse records are
+// walked over, so the samples after it are found.
+TEST(TarFormats, SparseMembersAreRefusedAndSkippedAlone) {
+  TempDir dir;
+  const std::string tree = dir.file("tree");
+  ASSERT_EQ(::mkdir(tree.c_str(), 0755), 0);
+  test::write_file(tree + "/a.cls", "1");
+  test::write_file(tree + "/c.cls", "3");
+  test::write_file(tree + "/b.cls", "2");
+  {
+    // Ten data blocks between holes: more than the four a GNU sparse header holds.
+    int fd = ::open((tree + "/b.bin").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    for (int i = 0; i < 10; ++i) ASSERT_EQ(::pwrite(fd, "data", 4, static_cast<off_t>(i) << 20), 4);
+    ASSERT_EQ(::ftruncate(fd, 11 << 20), 0);
+    ::close(fd);
+  }
+  for (const std::string format : {"gnu", "posix"}) {
+    SCOPED_TRACE(format);
+    const std::string path = dir.file(format + ".tar");
+    ASSERT_EQ(test::run_command("tar --sparse --format=" + format + " -C " + tree + " -cf " + path +
+                                " a.cls b.bin b.cls c.cls"),
+              0);
+    const SourceRef ref{path, SourceKind::kTar};
+    auto fail = scan_source(local_file_system(), ref, OnCorrupt::kFail);
+    ASSERT_FALSE(fail.is_ok());
+    EXPECT_NE(fail.status().message().find("'b.bin' is a GNU sparse file"), std::string::npos)
+        << fail.status().message();
+    auto skip = scan_source(local_file_system(), ref, OnCorrupt::kSkip);
+    ASSERT_TRUE(skip.is_ok()) << skip.status().to_string();
+    EXPECT_TRUE(skip->damaged);
+    ASSERT_EQ(skip->samples.size(), 2u) << skip->damage;
+    EXPECT_EQ(skip->samples[0].key, "a");
+    EXPECT_EQ(skip->samples[1].key, "c");
+  }
 }
 
 }  // namespace
