@@ -4,44 +4,29 @@
 
 namespace shardyard::gpu {
 
-namespace {
-// How long releasing a batch waits for copies still reading its host columns.
-constexpr uint32_t kCopyWaitMs = 60000;
-}  // namespace
-
 DeviceBatch::DeviceBatch(std::unique_ptr<DeviceBlock> block, std::vector<DeviceColumn> columns,
                          std::shared_ptr<Event> ready, std::vector<std::shared_ptr<Buffer>> sources)
-    : block_(std::move(block)),
-      columns_(std::move(columns)),
-      ready_(std::move(ready)),
-      sources_(std::move(sources)) {}
+    : block_(std::move(block)), columns_(std::move(columns)), ready_(std::move(ready)) {
+  for (auto& s : sources) block_->keep(std::move(s));
+}
 
 DeviceBatch::~DeviceBatch() {
   Device& dev = device();
-  // Fence the block with the work queued on its users' streams by now (the default stream
-  // when nobody said which), and with the copies themselves.
+  // Fence the block with the copies and with the work queued by now on its users' streams
+  // (the default stream when nobody said which).
+  block_->add_fence(ready_);
   std::vector<void*> users = users_;
   if (users.empty()) users.push_back(nullptr);
-  bool fenced = true;
   for (void* s : users) {
     auto stream = dev.borrow_stream(s);
     auto fence =
         stream.is_ok() ? (*stream)->record() : Result<std::shared_ptr<Event>>(stream.status());
-    if (fence.is_ok()) {
-      block_->add_fence(std::move(fence).value());
-    } else {
-      fenced = false;
+    if (!fence.is_ok()) {
+      // A reader nobody can wait for: never hand this memory (or its host columns) out again.
+      (void)block_.release();  // NOLINT: leaked on purpose, with the pool that owns the block
+      return;
     }
-  }
-  block_->add_fence(ready_);
-  // The copies read the pinned host columns: keep them until the copies are over.
-  (void)ready_->wait(kCopyWaitMs);
-  auto done = ready_->query();
-  if (!fenced || (done.is_ok() && !*done)) {
-    // Readers unknown or still running after a minute: never hand this memory out again
-    // (the block and the host columns are leaked, with the pool that owns the block).
-    new std::vector<std::shared_ptr<Buffer>>(std::move(sources_));  // NOLINT: leaked on purpose
-    (void)block_.release();                                         // NOLINT: leaked on purpose
+    block_->add_fence(std::move(fence).value());
   }
 }
 

@@ -7,10 +7,11 @@
 // (wait_on(stream), the host does not block) or waits on the host (wait()).
 //
 // Lifetime: the device memory belongs to the batch and every copy of it (and every DLPack
-// tensor exported from it). When the last one is gone, the block goes back to the
-// pool fenced by the work queued by then on every stream given to wait_on() (or on the
-// default stream when none was), so the next copy into it waits for the trainer's kernels
-// on the GPU. The pinned host columns are kept until the copies read them.
+// tensor exported from it). When the last one is gone, the block goes back to the pool
+// fenced by the copies and by the work queued by then on every stream given to wait_on()
+// (or on the default stream when none was), so the next copy into it waits for the
+// trainer's kernels on the GPU; the pinned host columns stay with the block until those
+// fences complete. Releasing a batch never blocks the host.
 //
 // Thread-safe.
 #pragma once
@@ -36,7 +37,7 @@ struct DeviceColumn {
 class DeviceBatch : public BatchAttachment {
  public:
   // `block` holds `columns` (in Batch::columns() order); `ready` completes after their
-  // copies; `sources` are the host buffers the copies read.
+  // copies; `sources` are the host buffers the copies read (the block keeps them).
   DeviceBatch(std::unique_ptr<DeviceBlock> block, std::vector<DeviceColumn> columns,
               std::shared_ptr<Event> ready, std::vector<std::shared_ptr<Buffer>> sources);
   ~DeviceBatch() override;
@@ -57,7 +58,6 @@ class DeviceBatch : public BatchAttachment {
   std::unique_ptr<DeviceBlock> block_;
   std::vector<DeviceColumn> columns_;
   std::shared_ptr<Event> ready_;
-  std::vector<std::shared_ptr<Buffer>> sources_;
   mutable std::mutex mu_;
   mutable std::vector<void*> users_;  // streams given to wait_on(); guarded by mu_
 };

@@ -2,11 +2,13 @@
 //
 // Allocating and freeing device memory is slow and, with CUDA, synchronises the whole
 // device, so a copy pipeline keeps its blocks. A block goes back to the pool with fences:
-// events after the last work that reads it (the trainer's kernels, the copy that filled
-// it). Whoever takes it again makes its writing stream wait for those fences first, so the
-// memory is never overwritten while a kernel still reads it, and the host never blocks for
-// it. Sizes come in BufferPool's size classes; idle blocks are kept up to
-// `max_cached_bytes`, and a block beyond that is freed once its fences completed.
+// events after the last work that touches it (the copy that filled it, the trainer's
+// kernels). Whoever takes it again makes its writing stream wait for those fences first, so
+// the memory is never overwritten while a kernel still reads it, and the host never blocks
+// for it. A block also keeps the host memory its copies read (the pinned batch columns)
+// until its fences complete: dropping a batch whose copy still runs blocks nobody. Sizes
+// come in BufferPool's size classes; idle blocks are kept up to `max_cached_bytes`, and a
+// block beyond that is freed once its fences completed.
 //
 // Thread-safe. Blocks keep their pool (and its device) alive.
 #pragma once
@@ -23,7 +25,7 @@ class DeviceMemoryPool;
 
 class DeviceBlock {
  public:
-  ~DeviceBlock();  // back to the pool, with its fences
+  ~DeviceBlock();  // back to the pool, with its fences and what it keeps
   DeviceBlock(const DeviceBlock&) = delete;
   DeviceBlock& operator=(const DeviceBlock&) = delete;
   uint8_t* data() const { return data_; }
@@ -33,17 +35,25 @@ class DeviceBlock {
   // (Stream::wait) and then clears them.
   const std::vector<std::shared_ptr<Event>>& fences() const { return fences_; }
   void clear_fences() { fences_.clear(); }
-  // Adds the point after the work that reads the block, before it goes back.
+  // Adds the point after work that touches the block, before it goes back.
   void add_fence(std::shared_ptr<Event> event) { fences_.push_back(std::move(event)); }
+  // Keeps `memory` (what a copy into the block reads) alive until the block's fences, as
+  // they are when it goes back to the pool, have completed.
+  void keep(std::shared_ptr<const void> memory) { keep_.push_back(std::move(memory)); }
 
  private:
   friend class DeviceMemoryPool;
   DeviceBlock(uint8_t* data, size_t capacity, std::vector<std::shared_ptr<Event>> fences,
-              std::shared_ptr<DeviceMemoryPool> pool)
-      : data_(data), capacity_(capacity), fences_(std::move(fences)), pool_(std::move(pool)) {}
+              std::vector<std::shared_ptr<const void>> keep, std::shared_ptr<DeviceMemoryPool> pool)
+      : data_(data),
+        capacity_(capacity),
+        fences_(std::move(fences)),
+        keep_(std::move(keep)),
+        pool_(std::move(pool)) {}
   uint8_t* data_;
   size_t capacity_;
   std::vector<std::shared_ptr<Event>> fences_;
+  std::vector<std::shared_ptr<const void>> keep_;
   std::shared_ptr<DeviceMemoryPool> pool_;
 };
 
@@ -71,10 +81,14 @@ class DeviceMemoryPool : public std::enable_shared_from_this<DeviceMemoryPool> {
     size_t capacity;
     uint8_t* data;
     std::vector<std::shared_ptr<Event>> fences;
+    std::vector<std::shared_ptr<const void>> keep;
   };
   DeviceMemoryPool(std::shared_ptr<Device> device, size_t max_cached)
       : device_(std::move(device)), max_cached_(max_cached) {}
   void release(Idle block);
+  // Drops the completed fences of every idle block, and moves what a block keeps into
+  // `done` once it has no fence left (dropped by the caller outside the lock).
+  void sweep(std::vector<std::shared_ptr<const void>>* done);  // mu_ held
   void free_when_done(Idle& block);  // waits for the fences, then frees (or leaks)
 
   const std::shared_ptr<Device> device_;

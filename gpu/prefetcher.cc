@@ -127,7 +127,7 @@ Status DevicePrefetcher::copy(Batch& batch) {
                                              batch_name(batch) + ": " + ready.status().message());
   }
   last_ready_ = *ready;
-  // On a failed copy this DeviceBatch is dropped at once and waits for what was queued.
+  // On a failed copy it is dropped at once: its block goes back fenced by what was queued.
   auto device_copy = std::make_shared<const DeviceBatch>(
       std::move(block).value(), std::move(out), std::move(ready).value(), std::move(sources));
   if (!st.is_ok()) return st;

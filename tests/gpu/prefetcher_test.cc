@@ -196,6 +196,36 @@ TEST(DevicePrefetcher, HostColumnsStayUntilTheirCopiesFinish) {
   EXPECT_EQ(read_back(*d, 0), expected);
 }
 
+// The whole batch is dropped while its copy runs: its host columns must stay with the
+// device block until the copy is over, not go back to the pool to be rewritten.
+TEST(DevicePrefetcher, ABatchDroppedDuringItsCopyKeepsItsHostColumnsUntilTheCopyIsOver) {
+  Rig rig({/*copy_delay_us=*/20000}, /*device_cache=*/64u << 20);
+  Source src{rig.pinned, 1, 8, 4096};
+  auto p = DevicePrefetcher::start(rig.blocks, std::ref(src), {1});
+  ASSERT_TRUE(p.is_ok());
+  auto b = (*p)->next();
+  ASSERT_TRUE(b.is_ok() && b->has_value());
+  auto expected = host_bytes((**b).columns()[0]);
+  const size_t host_capacity = (**b).columns()[0].buffer->capacity();
+  const uint8_t* device_column = on_device(**b)->columns()[0].data;
+  size_t block_bytes = 0;
+  for (const auto& c : on_device(**b)->columns()) block_bytes += (c.bytes + 255) / 256 * 256;
+  b = std::optional<Batch>();  // dropped, copy (likely) still running
+  std::vector<std::shared_ptr<Buffer>> scribbled;
+  for (int i = 0; i < 4; ++i) {
+    scribbled.push_back(rig.pinned->acquire(host_capacity));
+    std::memset(scribbled.back()->data(), 0xEE, host_capacity);
+  }
+  // The same block comes back from the pool; once its fences complete it holds the copy.
+  auto block = rig.blocks->acquire(block_bytes);
+  ASSERT_TRUE(block.is_ok());
+  ASSERT_EQ((*block)->data(), device_column);
+  for (const auto& f : (*block)->fences()) ASSERT_TRUE(f->wait(kWaitMs).is_ok());
+  std::vector<uint8_t> back(expected.size());
+  ASSERT_TRUE(rig.host->copy_to_host(back.data(), device_column, back.size()).is_ok());
+  EXPECT_EQ(back, expected);
+}
+
 TEST(DevicePrefetcher, ASourceErrorComesAfterTheBatchesBeforeItAndStays) {
   Rig rig;
   Source src{rig.pinned, 3};
