@@ -114,6 +114,8 @@ TEST(DLPack, TheTensorKeepsTheBatchUntilItsDeleterRuns) {
 
 TEST(DLPack, ADeviceBatchExportsItsDeviceCopyAndTheConsumerStreamWaitsForIt) {
   auto host = HostDevice::create({/*copy_delay_us=*/10000});
+  auto consumer = host->create_stream();  // outlives the batch and its tensors, as it must
+  ASSERT_TRUE(consumer.is_ok());
   auto pinned = pinned_buffer_pool(host, 16u << 20);
   auto blocks = DeviceMemoryPool::create(host, 16u << 20);
   uint64_t made = 0;
@@ -124,8 +126,6 @@ TEST(DLPack, ADeviceBatchExportsItsDeviceCopyAndTheConsumerStreamWaitsForIt) {
   ASSERT_TRUE(p.is_ok());
   auto b = (*p)->next();
   ASSERT_TRUE(b.is_ok() && b->has_value());
-  auto consumer = host->create_stream();
-  ASSERT_TRUE(consumer.is_ok());
   TensorOptions o;
   o.stream = (*consumer)->native();
   Tensor t = export_ok(**b, "a", o);
