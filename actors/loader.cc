@@ -507,10 +507,10 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.next_step = e.taken_step = ticket->first_step;
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
                                           route, std::move(post).value());
+  if (d.device) e.columns = d.device->columns.get();  // before any collator runs
   const size_t threads = std::min<size_t>(e.depth, 2);
   for (size_t t = 0; t < threads; ++t) e.collators.emplace_back([&e] { e.collate(); });
   if (d.device) {
-    e.columns = d.device->columns.get();
     auto prefetcher = gpu::DevicePrefetcher::start(
         d.device->blocks, [&e] { return e.take_for_device(); }, d.device->prefetch);
     if (!prefetcher.is_ok()) {
