@@ -8,11 +8,12 @@
 #include <thread>
 
 #include "actors/device_feed.h"
-#include "actors/job.h"
-#include "actors/merger.h"
 #include "actors/protocol.h"
 #include "actors/roles.h"
-#include "io/record_scan.h"
+#include "actors/state/job.h"
+#include "actors/state/merger.h"
+#include "io/format/record_scan.h"
+#include "io/remote/remote_file_system.h"
 
 namespace shardyard {
 
@@ -114,7 +115,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   auto& fs = options.file_system ? *options.file_system : io::default_file_system();
   Manifest manifest;
   if (options.windows.enabled()) {
-    // Stat calls only, never cached: cheaper than reading a cache (io/record_scan.h).
+    // Stat calls only, never cached: cheaper than reading a cache (io/format/record_scan.h).
     SY_ASSIGN_OR_RETURN(manifest, io::build_record_manifest(fs, options.sources, options.windows,
                                                             options.scan_threads));
   } else {

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "gpu/device.h"
-#include "io/manifest_scan.h"
+#include "io/format/manifest_scan.h"
 #include "runtime/batch.h"
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
