@@ -3,7 +3,8 @@
 // blocks the copies go to. Every rank hosted by the cluster shares them; each rank's epoch
 // runs its own gpu::DevicePrefetcher (its own copy stream) on them.
 //
-// Thread-safe after make(): the pools are internally synchronised.
+// Filled once by Cluster::start (open(), then size_pools()); then read-only, and the pools
+// are internally synchronised.
 #pragma once
 
 #include <memory>

@@ -535,11 +535,13 @@ Result<std::optional<Batch>> Loader::next() {
     if (b.is_ok() && b->has_value()) {
       std::lock_guard<std::mutex> lock(e.mu);
       auto it = e.prefetched.find((*b)->step());
-      if (it == e.prefetched.end())
-        return internal_error("the device prefetcher returned step " +
-                              std::to_string((*b)->step()) + ", which the loader never gave it");
-      progress = std::move(it->second);
-      e.prefetched.erase(it);
+      if (it != e.prefetched.end()) {
+        progress = std::move(it->second);
+        e.prefetched.erase(it);
+      } else {
+        b = internal_error("the device prefetcher returned step " + std::to_string((*b)->step()) +
+                           ", which the loader never gave it");
+      }
     }
   } else {
     b = e.take(&progress);

@@ -71,7 +71,8 @@ class Device : public std::enable_shared_from_this<Device> {
   // A stream of the caller's (a cudaStream_t; null: the default stream), not owned: it must
   // outlive the returned object.
   virtual Result<std::unique_ptr<Stream>> borrow_stream(void* native) = 0;
-  // Copies device memory back to the host and waits for it (checks and tests).
+  // Copies device memory back to the host and returns when it is there (checks and tests).
+  // It does not wait for work queued on streams: wait for their events first.
   virtual Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
 };
 

@@ -51,7 +51,8 @@ class DeviceBatch : public BatchAttachment {
   // Blocks the calling thread until then, at most timeout_ms.
   Status wait(uint32_t timeout_ms) const;
   // Work queued on `stream` (a cudaStream_t; null: the default stream) from now on runs
-  // after the copies; the host does not wait. The stream must outlive the batch.
+  // after the copies; the host does not wait. The stream must outlive the batch and every
+  // tensor exported from it (the release records the reuse fence on it).
   Status wait_on(void* stream) const;
 
  private:
