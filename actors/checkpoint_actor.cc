@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "actors/roles.h"
-#include "io/checkpoint_store.h"
+#include "io/persist/checkpoint_store.h"
 #include "runtime/checkpoint.h"
 
 namespace shardyard::actors {

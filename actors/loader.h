@@ -19,6 +19,10 @@
 // loader actor, all CAF actors. Cluster runs several ranks of one job in one process (what
 // `shardyard run --ranks R` does); each rank's Loader is then used from its own thread.
 //
+// With LoaderOptions::device set, every batch next() returns also has its columns in device
+// memory, copied ahead of the trainer on a stream of their own, and a ready event
+// (gpu::on_device(batch), docs/gpu.md).
+//
 // Thread-compatible: one thread uses a Loader. Errors are values; nothing throws.
 #pragma once
 
@@ -28,7 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "io/manifest_scan.h"
+#include "gpu/device.h"
+#include "io/format/manifest_scan.h"
 #include "runtime/batch.h"
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
@@ -91,6 +96,16 @@ struct LoaderOptions {
   unsigned scan_threads = 2;
   // How long save() and restore() wait for the other ranks and the coordinator.
   uint32_t checkpoint_timeout_ms = 120000;
+  // Where batches are delivered (docs/gpu.md). Empty: host memory. "cuda:N" ("cuda" is
+  // cuda:0): columns are collated into pinned memory and copied to GPU N on a stream of
+  // their own, device_prefetch batches ahead of the trainer; every batch has its columns in
+  // device memory and a ready event (gpu::on_device). "host": a stand-in device in host
+  // memory that runs the same path without a GPU. open() fails when the device is unusable.
+  std::string device;
+  uint32_t device_prefetch = 2;  // batches whose copies run ahead of the trainer, 1..64
+  // A device of the caller's instead of `device` (a backend of its own, or one that injects
+  // faults in tests); the loader and its batches share it.
+  std::shared_ptr<gpu::Device> custom_device;
 
   // Sets rank and world_size from torchrun (RANK, WORLD_SIZE), Open MPI
   // (OMPI_COMM_WORLD_RANK/SIZE), MPICH/Intel MPI (PMI_RANK, PMI_SIZE) or SLURM (SLURM_PROCID,

@@ -2,10 +2,10 @@
 
 #include <chrono>
 
-#include "actors/coordinator_state.h"
-#include "actors/dispatcher_state.h"
-#include "actors/worker_core.h"
-#include "io/checkpoint_store.h"
+#include "actors/state/coordinator_state.h"
+#include "actors/state/dispatcher_state.h"
+#include "actors/state/worker_core.h"
+#include "io/persist/checkpoint_store.h"
 
 namespace shardyard::actors {
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "actors/job.h"
 #include "actors/protocol.h"
+#include "actors/state/job.h"
 
 namespace shardyard::actors {
 

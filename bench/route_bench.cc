@@ -1,5 +1,5 @@
 // Micro benchmarks of the dispatcher-to-worker hop alone: io::Route of the in-process data
-// plane (io/data_plane.h), without reading, stages, packets or the loader.
+// plane (io/transport/data_plane.h), without reading, stages, packets or the loader.
 //
 // Items look like the small benchmark dataset's samples: a short key, three fields
 // ("bin", "cls", "json") viewing one shared buffer, the buffer held by `owner`. The items to
@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/data_plane.h"
+#include "io/transport/data_plane.h"
 #include "runtime/item.h"
 
 namespace {

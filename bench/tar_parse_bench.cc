@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "io/tar.h"
+#include "io/format/tar.h"
 
 namespace {
 

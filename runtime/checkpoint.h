@@ -11,7 +11,7 @@
 // On disk a checkpoint directory holds one file per rank and a manifest, CHECKPOINT, that
 // names the rank files of the committed generation with their sizes and checksums. Every
 // file is an envelope (runtime/codec.h) with its own magic and format version. Writing the
-// files atomically is io/checkpoint_store.h; this header is plain data, encoding and the
+// files atomically is io/persist/checkpoint_store.h; this header is plain data, encoding and the
 // checks that decide whether a checkpoint may resume a job.
 //
 // Pure functions and value types; thread-compatible.

@@ -4,14 +4,14 @@
 // of sample files) with its samples: key and where the sample's members lie. Planning
 // (logical shards, the global order, steps per epoch) is a pure function of the item
 // counts; readers use the byte ranges to read a run of samples without scanning the source
-// again. Building a manifest needs I/O and lives in io/manifest_scan.h; this header is
+// again. Building a manifest needs I/O and lives in io/format/manifest_scan.h; this header is
 // plain data plus its versioned on-disk format (see docs/manifest-format.md).
 //
 // A windows dataset (docs/windows.md) has kRecords sources of fixed-size records and a
 // WindowSpec; its items are windows, implicit: a source stores its record and window
 // counts, never one entry per window. Code that needs a source's item count or an item's
 // key goes through source_items() and item_key(), which work for every kind. A records
-// manifest is built from stat calls (io/record_scan.h) and is never cached or encoded.
+// manifest is built from stat calls (io/format/record_scan.h) and is never cached or encoded.
 //
 // Thread-compatible: a Manifest is immutable once built and may be shared read-only.
 #pragma once
@@ -45,7 +45,7 @@ struct SampleEntry {
 struct SourceEntry {
   std::string uri;  // as given by the user after pattern expansion
   SourceKind kind = SourceKind::kTar;
-  // What the scan saw, for the cache's freshness check (io/manifest_scan.h): a cached
+  // What the scan saw, for the cache's freshness check (io/format/manifest_scan.h): a cached
   // manifest is stale when any of them differs now. size_bytes: the file's size (a
   // directory: sum of its files); mtime_ns: its modification time (a remote object: a
   // stamp of Last-Modified and ETag); ctime_ns and inode: a local file's status change time

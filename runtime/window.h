@@ -9,7 +9,7 @@
 // the end is kept iff the head of the next source (in manifest order) completes it:
 // start + span <= records + next_records. The last source has no next. See docs/windows.md.
 //
-// Building a windows manifest needs I/O (stat calls) and lives in io/record_scan.h; reading
+// Building a windows manifest needs I/O (stat calls) and lives in io/format/record_scan.h; reading
 // windows is io::SampleReader. This header has no I/O.
 //
 // Thread-compatible: plain values and pure functions.

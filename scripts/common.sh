@@ -11,6 +11,7 @@ SY_PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 tar gzip nginx libarchive-tools
   clang libclang-rt-14-dev
+  libdlpack-dev
 )
 
 sy_install_packages() {

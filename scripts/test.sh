@@ -35,13 +35,21 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz \
     window_fuzz
   # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus for a bounded time.
+  # Findings go to build-fuzz/artifacts/TARGET/ (never the repository root); a finding
+  # fails the run and its file is what to add to the corpus as a regression seed.
   sy_fuzz() {
-    local corpus
+    local corpus artifacts rc=0
     corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
+    artifacts="$SY_ROOT/build-fuzz/artifacts/$1"
+    mkdir -p "$artifacts"
     cp "$SY_ROOT/tests/fuzz/$2"/* "$corpus"/ 2>/dev/null || true
-    "$SY_ROOT/build-fuzz/tests/fuzz/$1" -max_total_time="$3" -print_final_stats=1 "$corpus" 2>&1 |
-      tail -n 5
+    "$SY_ROOT/build-fuzz/tests/fuzz/$1" -max_total_time="$3" -print_final_stats=1 \
+      -artifact_prefix="$artifacts/" "$corpus" >"$artifacts.log" 2>&1 || rc=$?
+    tail -n 5 "$artifacts.log"
     rm -rf "$corpus"
+    if [ "$rc" -ne 0 ]; then
+      echo "== $1 found a failing input (exit $rc): $artifacts/"; return "$rc"
+    fi
   }
   sy_fuzz tar_fuzz corpus "${SY_FUZZ_SECONDS:-60}"
   echo "== fuzz the HTTP and S3 response parsers (libFuzzer, bounded)"

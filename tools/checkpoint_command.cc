@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "io/checkpoint_store.h"
+#include "io/persist/checkpoint_store.h"
 #include "json_text.h"
 
 namespace shardyard::tools {

@@ -6,7 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "io/manifest_scan.h"
+#include "io/format/manifest_scan.h"
+#include "io/remote/remote_file_system.h"
 #include "json_text.h"
 
 namespace shardyard::tools {

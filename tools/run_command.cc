@@ -17,6 +17,7 @@
 
 #include "actors/loader.h"
 #include "commands.h"
+#include "device_check.h"
 #include "digest.h"
 #include "json_text.h"
 
@@ -41,6 +42,9 @@ struct RunArgs {
   std::string windows;  // "LENGTH:STRIDE[:TARGET]"; empty: the sources are tar shards
   uint64_t record_bytes = 0;
   bool record_bytes_given = false, stitch = false;
+  std::string device;  // empty: batches stay in host memory
+  uint32_t device_prefetch = 2;
+  bool check_device = false;
 };
 
 // "type" or "type:key=value;key=value".
@@ -176,6 +180,10 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
         if (!out->status.is_ok()) return;
       }
       const Batch& b = **batch;
+      if (!args.device.empty()) {
+        out->status = consume_on_device(b, args.check_device);
+        if (!out->status.is_ok()) return;
+      }
       ++out->batches;
       out->samples += b.size();
       out->bytes += b.payload_bytes();
@@ -233,6 +241,12 @@ int run(const RunArgs& args) {
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
   opt.use_manifest_cache = !args.no_cache;
   opt.cache_dir = args.cache_dir;
+  opt.device = args.device;
+  opt.device_prefetch = args.device_prefetch;
+  if (args.check_device && args.device.empty()) {
+    print_error("--check-device needs --device");
+    return 2;
+  }
   // --map [once/|post/]TYPE[:k=v;...]: once/ marks a non-replicable stage, post/ puts the
   // stage (and every later one) after the merge point, in the loader.
   for (const auto& m : args.maps) {
@@ -400,6 +414,7 @@ int run(const RunArgs& args) {
   j["total_seconds"] = std::chrono::duration<double>(t_end - t0).count();
   j["cpu_seconds"] = cpu_seconds() - cpu0;
   j["peak_rss_kb"] = peak_rss_kb();
+  if (!args.device.empty()) j["device"] = args.device;
   if (!args.checkpoint_dir.empty()) {
     std::vector<double> all;
     for (const auto& r : results) all.insert(all.end(), r.save_ms.begin(), r.save_ms.end());
@@ -489,6 +504,14 @@ Command add_run_command(CLI::App& app) {
                   "also save every N steps into --checkpoint-dir");
   cmd->add_option("--resume", args->resume_dir,
                   "resume from the checkpoint in DIR (ranks and workers may differ)");
+  cmd->add_option("--device", args->device,
+                  "deliver batches to a device: cuda:N (a CUDA GPU), or host (a stand-in in "
+                  "host memory, for tests)");
+  cmd->add_option("--device-prefetch", args->device_prefetch,
+                  "batches copied to the device ahead of the trainer")
+      ->check(CLI::Range(1u, 64u));
+  cmd->add_flag("--check-device", args->check_device,
+                "copy every batch back from the device and compare it with the host batch");
   return [args] { return run(*args); };
 }
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "actors/loader.h"
-#include "io/file_system.h"
+#include "io/fs/file_system.h"
 #include "testdata.h"
 
 namespace shardyard {

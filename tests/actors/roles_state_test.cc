@@ -3,9 +3,9 @@
 
 #include <set>
 
-#include "actors/coordinator_state.h"
-#include "actors/dispatcher_state.h"
-#include "io/manifest_scan.h"
+#include "actors/state/coordinator_state.h"
+#include "actors/state/dispatcher_state.h"
+#include "io/format/manifest_scan.h"
 #include "testdata.h"
 
 namespace shardyard::actors {

@@ -1,6 +1,6 @@
 // libFuzzer target for what the HTTP and S3 clients parse from a server: response header
 // lines, Content-Range, HTTP dates, URLs, ListObjectsV2 bodies, S3 error bodies and XML
-// entities (io/http_util.h, io/s3_listing.h). Beyond "no crash, no sanitizer report":
+// entities (io/remote/http_util.h, io/remote/s3_listing.h). Beyond "no crash, no sanitizer report":
 //   - a parsed Content-Range has first <= last < total (when the total is known);
 //   - a redacted URL holds no '?' and is no longer than the input;
 //   - a listing's objects have non-empty keys, and a truncated listing has a token.
@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "io/http_util.h"
-#include "io/s3_listing.h"
+#include "io/remote/http_util.h"
+#include "io/remote/s3_listing.h"
 
 namespace {
 

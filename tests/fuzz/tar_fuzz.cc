@@ -1,4 +1,4 @@
-// libFuzzer target for the tar reader (io/tar.h): parse_tar_buffer, scan_tar over an
+// libFuzzer target for the tar reader (io/format/tar.h): parse_tar_buffer, scan_tar over an
 // in-memory stream, and split_key, on arbitrary bytes. Beyond "no crash, no sanitizer
 // report", it checks properties every input must keep:
 //   - payload views handed out by parse_tar_buffer lie inside the input;
@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "io/file_system.h"
-#include "io/tar.h"
+#include "io/format/tar.h"
+#include "io/fs/file_system.h"
 
 namespace {
 

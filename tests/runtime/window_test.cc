@@ -155,7 +155,7 @@ TEST(WindowSpecParser, ValidationRefusesZeros) {
             std::string::npos);
 }
 
-// A records manifest as io/record_scan.h builds it, without I/O.
+// A records manifest as io/format/record_scan.h builds it, without I/O.
 Manifest records_manifest(const std::vector<uint64_t>& records, const WindowSpec& spec) {
   Manifest m;
   m.windows = spec;

@@ -302,7 +302,7 @@ class FaultProxy:
 
 
 def blob_byte(i):
-    """Byte i of fixture remote/blob.bin (tests/io/remote_file_system_test.cc knows it)."""
+    """Byte i of fixture remote/blob.bin (tests/io/remote/remote_file_system_test.cc knows it)."""
     return (i * 7 + (i >> 12)) & 0xFF
 
 

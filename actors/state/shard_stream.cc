@@ -1,0 +1,96 @@
+#include "actors/state/shard_stream.h"
+
+namespace shardyard::actors {
+
+namespace {
+// Calls fn(source, first sample, last sample, first item id) for each run of one source's
+// samples in a chunk (a chunk can span the end of one source and the start of the next).
+template <typename Fn>
+Status for_each_run(const JobData& job, const ShardSequence& seq, size_t chunk, Fn&& fn) {
+  const uint64_t g0 = seq.chunk_begin(chunk), g1 = seq.chunk_end(chunk);
+  for (uint64_t g = g0; g < g1;) {
+    auto loc = job.index.locate(g);
+    uint64_t end = std::min(g1, job.index.source_end(loc.source));
+    SY_RETURN_IF_ERROR(fn(loc.source, loc.sample, loc.sample + (end - g), g));
+    g = end;
+  }
+  return Status::ok();
+}
+
+Status read_chunk(const JobData& job, io::SampleReader& reader, const ShardSequence& seq,
+                  size_t chunk, std::vector<Item>* out) {
+  out->clear();
+  return for_each_run(job, seq, chunk,
+                      [&](uint32_t source, uint64_t first, uint64_t last, uint64_t id) {
+                        return reader.read(source, first, last, id, out);
+                      });
+}
+
+ShardSequence sequence_of(const JobData& job, uint32_t shard, uint64_t key) {
+  return ShardSequence(job.shards, shard, job.plan.chunk_items, job.plan.shuffle,
+                       job.manifest->seekable(), key);
+}
+}  // namespace
+
+ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader)
+    : job_(job), unit_(unit), reader_(reader) {
+  cursors_.reserve(unit.shards.size());
+  for (size_t k = 0; k < unit.shards.size(); ++k) {
+    ShardSequence seq = sequence_of(job, unit.shards[k], unit.epoch_key);
+    const uint64_t consumed = k < unit.consumed.size() ? unit.consumed[k] : 0;
+    auto at = seq.seek(consumed);
+    cursors_.push_back(Cursor{std::move(seq), at.chunk, {}, {}, 0, at.offset});
+  }
+}
+
+Result<Item> ShardStreams::next(uint32_t k) {
+  auto& c = cursors_[k];
+  if (c.pos == c.perm.size()) {  // read the shard's next chunk
+    if (c.next_chunk >= c.seq.num_chunks())
+      return internal_error("logical shard " + std::to_string(unit_.shards[k]) +
+                            " has no item left");
+    SY_RETURN_IF_ERROR(read_chunk(job_, reader_, c.seq, c.next_chunk, &c.items));
+    c.perm = c.seq.chunk_permutation(c.next_chunk);
+    c.pos = c.skip;
+    c.skip = 0;
+    ++c.next_chunk;
+    // Say what this shard reads next, so that a remote file fetches it (and a next shard
+    // is opened) while this chunk's items are emitted.
+    if (c.next_chunk < c.seq.num_chunks())
+      (void)for_each_run(job_, c.seq, c.next_chunk,
+                         [&](uint32_t source, uint64_t first, uint64_t last, uint64_t) {
+                           reader_.will_need(source, first, last);
+                           return Status::ok();
+                         });
+  }
+  Item item = std::move(c.items[c.perm[c.pos++]]);
+  item.shard = unit_.shards[k];
+  return item;
+}
+
+Status load_shard(const JobData& job, io::SampleReader& reader, uint32_t shard, uint64_t consumed,
+                  uint64_t take, uint64_t key, io::SharedShard* out) {
+  ShardSequence seq = sequence_of(job, shard, key);
+  auto at = seq.seek(consumed);
+  out->shard = shard;
+  out->items.clear();
+  out->items.reserve(take - std::min(take, consumed));
+  const uint64_t before = reader.bytes_read();
+  std::vector<Item> chunk;
+  uint64_t left = take - std::min(take, consumed);
+  for (size_t i = at.chunk; i < seq.num_chunks() && left > 0; ++i) {
+    SY_RETURN_IF_ERROR(read_chunk(job, reader, seq, i, &chunk));
+    auto perm = seq.chunk_permutation(i);
+    for (size_t p = i == at.chunk ? at.offset : 0; p < perm.size() && left > 0; ++p, --left) {
+      out->items.push_back(std::move(chunk[perm[p]]));
+      out->items.back().shard = shard;
+    }
+  }
+  if (left > 0)
+    return internal_error("logical shard " + std::to_string(shard) + " ran out " +
+                          std::to_string(left) + " items early");
+  out->bytes = reader.bytes_read() - before;
+  return Status::ok();
+}
+
+}  // namespace shardyard::actors

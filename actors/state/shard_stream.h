@@ -1,0 +1,46 @@
+// ShardStreams: the items of a unit's logical shards in their epoch order, read chunk by
+// chunk (one read per chunk, io/format/sample_reader.h), each chunk's items emitted in the
+// epoch's permuted order, every shard starting at its consumed position (a resumed shard
+// reads the chunk it was in again and skips what was consumed). After reading a chunk it
+// names the shard's next chunk to the reader (will_need), so a remote file fetches it
+// while this chunk's items are used. load_shard() reads what is left of one shard at once
+// (broadcast dispatch: the dispatcher loads a whole logical shard).
+//
+// Single-owner: used by one thread (the worker's or the dispatcher's).
+#pragma once
+
+#include <vector>
+
+#include "actors/state/job.h"
+#include "io/format/sample_reader.h"
+
+namespace shardyard::actors {
+
+class ShardStreams {
+ public:
+  // The unit's shards (in its order) from their consumed positions.
+  ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader);
+  // The next item of the unit's k-th shard (logical shard and id set).
+  Result<Item> next(uint32_t k);
+
+ private:
+  struct Cursor {
+    ShardSequence seq;
+    size_t next_chunk = 0;
+    std::vector<Item> items;     // the current chunk, in item-id order
+    std::vector<uint32_t> perm;  // emission order
+    size_t pos = 0;
+    uint64_t skip = 0;  // items of the next chunk consumed before a resume
+  };
+  const JobData& job_;
+  const WorkUnit& unit_;
+  io::SampleReader& reader_;
+  std::vector<Cursor> cursors_;
+};
+
+// Loads logical shard `shard`'s items [consumed, take) of its epoch order (epoch key `key`)
+// into `out->items`, reading each chunk once, and counts the bytes read into out->bytes.
+Status load_shard(const JobData& job, io::SampleReader& reader, uint32_t shard, uint64_t consumed,
+                  uint64_t take, uint64_t key, io::SharedShard* out);
+
+}  // namespace shardyard::actors

@@ -1,0 +1,285 @@
+#include "io/format/sample_reader.h"
+
+#include <algorithm>
+
+#include "io/format/gzip.h"
+#include "io/format/tar.h"
+#include "runtime/window.h"
+
+namespace shardyard::io {
+
+struct SampleReader::GzCursor {
+  std::unique_ptr<ByteStream> stream;
+};
+
+SampleReader::SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
+                           std::shared_ptr<BufferPool> pool, size_t max_open_files,
+                           size_t map_threshold_bytes)
+    : fs_(fs),
+      manifest_(std::move(manifest)),
+      pool_(std::move(pool)),
+      max_open_(std::max<size_t>(1, max_open_files)),
+      map_threshold_(map_threshold_bytes) {}
+
+SampleReader::~SampleReader() = default;
+
+Result<std::shared_ptr<RandomAccessFile>> SampleReader::file(uint32_t source) {
+  auto it = open_.find(source);
+  if (it != open_.end()) {
+    lru_.remove(source);
+    lru_.push_front(source);
+    return it->second;
+  }
+  SY_ASSIGN_OR_RETURN(auto f, fs_.open(manifest_->sources[source].uri));
+  std::shared_ptr<RandomAccessFile> shared(std::move(f));
+  if (open_.size() >= max_open_) {
+    open_.erase(lru_.back());
+    gz_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  open_[source] = shared;
+  lru_.push_front(source);
+  return shared;
+}
+
+Status SampleReader::read(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                          std::vector<Item>* out) {
+  const auto& src = manifest_->sources.at(source);
+  if (first >= last) return Status::ok();
+  const uint64_t items = manifest_->source_items(source);
+  if (last > items)
+    return internal_error(src.uri + ": asked for items up to " + std::to_string(last) + " of " +
+                          std::to_string(items));
+  if (src.kind == SourceKind::kRecords) return read_records(source, first, last, id, out);
+  if (src.kind == SourceKind::kDirectory) return read_dir(source, first, last, id, out);
+  return read_tar(source, first, last, id, out);
+}
+
+void SampleReader::will_need(uint32_t source, uint64_t first, uint64_t last) {
+  const auto& src = manifest_->sources.at(source);
+  if (first >= last || last > manifest_->source_items(source)) return;
+  if (src.kind == SourceKind::kRecords) {
+    const auto& spec = manifest_->windows;
+    const auto range = window_records(spec, first, last);
+    const uint64_t own_end = std::min(range.end, src.records);
+    if (auto f = file(source); f.is_ok())
+      (*f)->will_need(range.begin * spec.record_bytes,
+                      static_cast<size_t>((own_end - range.begin) * spec.record_bytes));
+    if (range.end > src.records && source + 1 < manifest_->sources.size())
+      if (auto g = file(source + 1); g.is_ok())
+        (*g)->will_need(0, static_cast<size_t>((range.end - src.records) * spec.record_bytes));
+    return;
+  }
+  if (src.kind != SourceKind::kTar) return;
+  auto f = file(source);
+  if (!f.is_ok()) return;
+  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  (*f)->will_need(begin, static_cast<size_t>(end - begin));
+}
+
+Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                              std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  SY_ASSIGN_OR_RETURN(auto f, file(source));
+  if (src.kind == SourceKind::kTar && end - begin >= map_threshold_) {
+    auto mapped = f->map(begin, end - begin);
+    if (!mapped.is_ok())
+      return Status(mapped.status().code(),
+                    mapped.status().message() + " (changed since its manifest was built?)");
+    if (*mapped) {
+      bytes_read_ += end - begin;
+      const auto& m = **mapped;
+      return parse(source, m.data(), m.size(), *mapped, begin, first, last, id, out);
+    }
+  }
+  auto buf = pool_->acquire(end - begin);
+  if (src.kind == SourceKind::kTarGz) {
+    auto& cur = gz_[source];
+    if (!cur || cur->stream->position() > begin) {
+      cur = std::make_unique<GzCursor>();
+      cur->stream = gzip_stream(f);
+    }
+    SY_RETURN_IF_ERROR(cur->stream->skip(begin - cur->stream->position()));
+    size_t done = 0;
+    while (done < end - begin) {
+      SY_ASSIGN_OR_RETURN(size_t got, cur->stream->read(buf->data() + done, end - begin - done));
+      if (got == 0)
+        return corrupt(src.uri + ": truncated at uncompressed byte " +
+                       std::to_string(begin + done) + " (changed since its manifest was built?)");
+      done += got;
+    }
+  } else {
+    Status st = read_exact(*f, begin, buf->data(), end - begin);
+    if (!st.is_ok())
+      return Status(st.code(), st.message() + " (changed since its manifest was built?)");
+  }
+  bytes_read_ += end - begin;
+  const uint8_t* data = buf->data();
+  size_t size = buf->size();
+  return parse(source, data, size, std::move(buf), begin, first, last, id, out);
+}
+
+namespace {
+
+// Said of a shard whose bytes do not match its manifest, with the commands that fix it.
+constexpr const char* kChangedSinceManifest =
+    " (the shard changed since its manifest was built: rebuild the manifest with `shardyard "
+    "manifest build` and the same --source, or run with --no-cache)";
+
+// Members usually arrive in name order; insert sorted otherwise.
+void add_field(Item* item, std::string name, const uint8_t* data, uint64_t size) {
+  if (item->fields.empty() || item->fields.back().name < name) {
+    item->fields.push_back(Field{std::move(name), data, static_cast<size_t>(size)});
+  } else {
+    item->set_field_view(std::move(name), data, static_cast<size_t>(size));
+  }
+}
+
+}  // namespace
+
+Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
+                           std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
+                           uint64_t last, uint64_t id, std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  uint64_t sample = first;
+  Item* cur = nullptr;
+  uint64_t cur_end = 0;  // where the current sample's byte range ends
+  auto mismatch = [&](uint64_t offset, const std::string& what) {
+    return corrupt(src.uri + " at byte " + std::to_string(offset) + ": " + what +
+                   kChangedSinceManifest);
+  };
+  SY_RETURN_IF_ERROR(parse_tar_buffer(
+      data, size, base, src.uri, [&](const TarEntry& e, const uint8_t* payload) -> Status {
+        if (cur != nullptr && e.start_offset < cur_end) {
+          // Inside the current sample: members WebDataset's rule skips may lie between
+          // its members (a directory entry, a README); every other one has its key.
+          if (!e.regular) return Status::ok();
+          auto kf = split_key(e.path);
+          if (!kf) return Status::ok();
+          if (kf->key != cur->key || e.sparse)
+            return mismatch(e.start_offset,
+                            "member '" + e.path + "' inside sample '" + cur->key + "'");
+          add_field(cur, std::move(kf->field), payload, e.size);
+          return Status::ok();
+        }
+        // Between samples lie the members in no sample of the manifest: skipped ones, and
+        // a sample dropped as damaged under --on-corrupt skip.
+        if (sample >= last) return mismatch(e.start_offset, "more samples than expected");
+        const auto& want = src.samples[sample];
+        if (e.start_offset < want.begin) return Status::ok();
+        auto kf = e.regular && !e.sparse ? split_key(e.path) : std::nullopt;
+        if (e.start_offset != want.begin || !kf || kf->key != want.key)
+          return mismatch(e.start_offset, "expected sample '" + want.key + "'");
+        out->emplace_back();
+        cur = &out->back();
+        cur_end = want.end;
+        cur->id = id + (sample - first);
+        cur->key = std::string(kf->key);
+        cur->owner = owner;
+        cur->fields.reserve(4);
+        ++sample;
+        add_field(cur, std::move(kf->field), payload, e.size);
+        return Status::ok();
+      }));
+  if (sample != last)
+    return mismatch(base + size, "found " + std::to_string(sample - first) +
+                                     " samples where the manifest has " +
+                                     std::to_string(last - first));
+  return Status::ok();
+}
+
+Status SampleReader::read_records(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                                  std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  const auto& spec = manifest_->windows;
+  const uint64_t rb = spec.record_bytes;
+  const auto range = window_records(spec, first, last);
+  const uint64_t own_end = std::min(range.end, src.records);  // records read from this source
+  const uint64_t head = range.end - own_end;                  // records of the next source
+  if (head > 0 &&
+      (source + 1 >= manifest_->sources.size() || head > manifest_->sources[source + 1].records))
+    return internal_error(src.uri + ": windows up to " + std::to_string(last) +
+                          " run past the records that stitching can use");
+  const uint64_t own_bytes = (own_end - range.begin) * rb, head_bytes = head * rb;
+  const uint64_t total = own_bytes + head_bytes;
+  auto changed = [](const Status& st) {
+    return Status(st.code(), st.message() + " (changed since its manifest was built?)");
+  };
+  SY_ASSIGN_OR_RETURN(auto f, file(source));
+  if (f->size() != src.size_bytes)
+    return corrupt(src.uri + ": " + std::to_string(f->size()) + " bytes where the manifest has " +
+                   std::to_string(src.size_bytes) + " (changed since the run started)");
+
+  const uint8_t* data = nullptr;
+  std::shared_ptr<const void> owner;
+  if (head == 0 && total >= map_threshold_) {
+    auto mapped = f->map(range.begin * rb, static_cast<size_t>(total));
+    if (!mapped.is_ok()) return changed(mapped.status());
+    if (*mapped) {
+      data = (*mapped)->data();
+      owner = *mapped;
+    }
+  }
+  if (owner == nullptr) {
+    auto buf = pool_->acquire(static_cast<size_t>(total));
+    Status st = read_exact(*f, range.begin * rb, buf->data(), static_cast<size_t>(own_bytes));
+    if (!st.is_ok()) return changed(st);
+    if (head > 0) {
+      // Stitched: the next source's head follows this source's tail in the same buffer.
+      SY_ASSIGN_OR_RETURN(auto g, file(source + 1));
+      st = read_exact(*g, 0, buf->data() + own_bytes, static_cast<size_t>(head_bytes));
+      if (!st.is_ok()) return changed(st);
+    }
+    data = buf->data();
+    owner = std::move(buf);
+  }
+  bytes_read_ += total;
+
+  const std::string_view base = uri_base_name(src.uri);
+  const size_t x_bytes = static_cast<size_t>(spec.length * rb);
+  const uint64_t y_at = window_target_offset(spec);
+  out->reserve(out->size() + static_cast<size_t>(last - first));
+  for (uint64_t w = first; w < last; ++w) {
+    const uint64_t start = window_start(spec, w);
+    const uint8_t* at = data + (start - range.begin) * rb;
+    Item item;
+    item.id = id + (w - first);
+    item.key = window_key(base, start);
+    item.owner = owner;
+    item.fields.reserve(spec.target > 0 ? 2 : 1);
+    item.fields.push_back(Field{"x", at, x_bytes});
+    if (spec.target > 0) item.fields.push_back(Field{"y", at + y_at * rb, static_cast<size_t>(rb)});
+    out->push_back(std::move(item));
+  }
+  return Status::ok();
+}
+
+Status SampleReader::read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                              std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  for (uint64_t s = first; s < last; ++s) {
+    const auto& e = src.samples[s];
+    Item item;
+    item.id = id + (s - first);
+    item.key = e.key;
+    for (uint64_t k = e.begin; k < e.end; ++k) {
+      const std::string& rel = src.files.at(k);
+      auto kf = split_key(rel);
+      if (!kf) continue;  // a file WebDataset's rule skips, between the sample's files
+      if (kf->key != e.key)
+        return corrupt(src.uri + ": file '" + rel + "' is not part of sample '" + e.key + "'" +
+                       kChangedSinceManifest);
+      SY_ASSIGN_OR_RETURN(auto f, fs_.open(src.uri + "/" + rel));
+      auto buf = pool_->acquire(f->size());
+      SY_RETURN_IF_ERROR(read_exact(*f, 0, buf->data(), f->size()));
+      bytes_read_ += f->size();
+      item.set_field_view(std::move(kf->field), buf->data(), buf->size());
+      item.owners.push_back(std::move(buf));
+    }
+    out->push_back(std::move(item));
+  }
+  return Status::ok();
+}
+
+}  // namespace shardyard::io

@@ -1,0 +1,79 @@
+// SampleReader: reads a run of a source's samples into items, one read per run.
+//
+// For a tar shard the byte range of samples [first, last) (known from the manifest) is read
+// with one positioned read into a pooled page-aligned buffer and parsed in place; every
+// item's fields are views into that buffer, which the items keep alive. Ranges of at least
+// `map_threshold_bytes` are memory-mapped instead of read where the file system allows it:
+// the page cache is then copied once, straight into the batch, and the mapping is dropped
+// when the range's last item is. A gzip-compressed
+// shard is inflated forward from where this reader last stopped (restarting only when asked
+// for an earlier run). A directory source reads the run's files. What is read is checked
+// against the manifest (keys and member boundaries), so a shard that changed since its
+// manifest was built is reported as corrupt, not silently misread.
+//
+// A records source (a windows dataset, runtime/window.h) reads windows [first, last): the
+// records they cover, [first window's start, last window's start + span), with one
+// positioned read into one pooled buffer (or one mapping when the range is at least
+// `map_threshold_bytes`); when the last windows are stitched, the head of the next source
+// follows the tail in the same buffer (a second read, never a mapping). Every window's
+// fields ("x": LENGTH records, "y": the target record when TARGET > 0) are views into that
+// one buffer, so overlapping windows share bytes and no window is copied. Reading a whole
+// logical shard of windows as one buffer is one read() call over its item range.
+//
+// Single-owner: one SampleReader per worker thread (it caches open files).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/fs/file_system.h"
+#include "runtime/buffer.h"
+#include "runtime/item.h"
+#include "runtime/manifest.h"
+
+namespace shardyard::io {
+
+class SampleReader {
+ public:
+  SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
+               std::shared_ptr<BufferPool> pool, size_t max_open_files = 64,
+               size_t map_threshold_bytes = 256u << 10);
+  ~SampleReader();
+  // Appends samples (or windows) [first, last) of source `source` to `out`; item ids are
+  // first_item_id, first_item_id + 1, ... (shard is left for the caller to set).
+  Status read(uint32_t source, uint64_t first, uint64_t last, uint64_t first_item_id,
+              std::vector<Item>* out);
+  // A hint that samples [first, last) of `source` come next: the file is opened now and a
+  // remote one starts fetching the range in the background (read_ahead.h). Errors are left
+  // for read() to report.
+  void will_need(uint32_t source, uint64_t first, uint64_t last);
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  struct GzCursor;
+  Result<std::shared_ptr<RandomAccessFile>> file(uint32_t source);
+  Status read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                  std::vector<Item>* out);
+  Status read_records(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                      std::vector<Item>* out);
+  Status read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
+                  std::vector<Item>* out);
+  Status parse(uint32_t source, const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
+               uint64_t base, uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out);
+
+  FileSystem& fs_;
+  std::shared_ptr<const Manifest> manifest_;
+  std::shared_ptr<BufferPool> pool_;
+  size_t max_open_;
+  size_t map_threshold_;
+  std::list<uint32_t> lru_;  // most recent first
+  std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> open_;
+  std::unordered_map<uint32_t, std::unique_ptr<GzCursor>> gz_;
+  uint64_t bytes_read_ = 0;
+};
+
+}  // namespace shardyard::io

@@ -1,0 +1,350 @@
+#include "io/format/tar.h"
+
+#include <cstring>
+#include <vector>
+
+namespace shardyard::io {
+
+namespace {
+
+std::string at(const std::string& source, uint64_t offset) {
+  return source + " at byte " + std::to_string(offset);
+}
+
+bool all_zero(const uint8_t* block) {
+  for (size_t i = 0; i < kTarBlock; ++i)
+    if (block[i] != 0) return false;
+  return true;
+}
+
+size_t field_length(const uint8_t* p, size_t n) {
+  const void* nul = std::memchr(p, 0, n);
+  return nul ? static_cast<size_t>(static_cast<const uint8_t*>(nul) - p) : n;
+}
+
+bool is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// A numeric header field, read as Python's tarfile reads it: GNU base-256 when the top bit
+// of the first byte is set (negative values are refused); otherwise octal digits that end
+// at the field's first NUL, with white space around them, and an empty field is 0. So a
+// field led by a NUL is 0, as for tarfile and libarchive. Anything else before the NUL
+// (a sign, a non-octal digit, a space between digits) is damage: tarfile and GNU tar
+// disagree on it.
+bool parse_number(const uint8_t* p, size_t n, uint64_t* out) {
+  if (n > 0 && (p[0] & 0x80)) {
+    if (p[0] & 0x40) return false;  // negative
+    uint64_t v = p[0] & 0x3f;
+    for (size_t i = 1; i < n; ++i) {
+      if (v >> 56) return false;
+      v = (v << 8) | p[i];
+    }
+    *out = v;
+    return true;
+  }
+  size_t end = field_length(p, n), i = 0;
+  while (i < end && is_space(p[i])) ++i;
+  while (end > i && is_space(p[end - 1])) --end;
+  uint64_t v = 0;
+  for (; i < end; ++i) {
+    if (p[i] < '0' || p[i] > '7' || (v >> 61)) return false;
+    v = v * 8 + (p[i] - '0');
+  }
+  *out = v;
+  return true;
+}
+
+bool checksum_ok(const uint8_t* b) {
+  uint64_t stored = 0;
+  if (!parse_number(b + 148, 8, &stored)) return false;
+  // Sum of all bytes with the checksum field read as spaces; a plain loop the compiler
+  // vectorises. Old archives used signed bytes: try that only when the usual sum fails.
+  uint32_t usum = 0;
+  for (size_t i = 0; i < kTarBlock; ++i) usum += b[i];
+  for (size_t i = 148; i < 156; ++i) usum -= b[i];
+  usum += 8 * ' ';
+  if (stored == usum) return true;
+  int64_t ssum = 0;
+  for (size_t i = 0; i < kTarBlock; ++i)
+    ssum += static_cast<int8_t>((i >= 148 && i < 156) ? ' ' : b[i]);
+  return static_cast<int64_t>(stored) == ssum;
+}
+
+}  // namespace
+
+Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64_t offset) {
+  if (sparse_map_pending_) {
+    // A continuation block of an old GNU sparse map: 21 entries, then its own "another
+    // block follows" flag at byte 504. No checksum; the payload follows the last one.
+    sparse_map_pending_ = b[504] != 0;
+    entry_.data_offset = offset + kTarBlock;
+    return sparse_map_pending_ ? Kind::kSparseMap : Kind::kEntry;
+  }
+  if (all_zero(b)) {
+    if (has_pending_)
+      return corrupt(at(source_, offset) + ": archive ends after an extension header");
+    return Kind::kZero;
+  }
+  if (!checksum_ok(b))
+    return corrupt(at(source_, offset) +
+                   ": bad tar header checksum (not a tar file, or damaged here)");
+  uint64_t size = 0;
+  if (!parse_number(b + 124, 12, &size))
+    return corrupt(at(source_, offset) + ": bad size field in tar header");
+  if (size > kMaxMemberBytes)
+    return corrupt(at(source_, offset) + ": member size " + std::to_string(size) +
+                   " is implausible (damaged header?)");
+  char type = static_cast<char>(b[156]);
+  if (!has_pending_) pending_start_ = offset;
+
+  // 'X' is the extended header of Solaris tar, read as Python's tarfile reads it: as 'x'.
+  if (type == 'x' || type == 'X' || type == 'g' || type == 'L' || type == 'K') {
+    if (size > (64u << 20))
+      return corrupt(at(source_, offset) + ": extension header of " + std::to_string(size) +
+                     " bytes is implausible");
+    ext_type_ = type;
+    ext_size_ = size;
+    ext_offset_ = offset;
+    has_pending_ = true;
+    return Kind::kExtension;
+  }
+
+  // Reuse entry_.path's storage: one allocation per decoder, not one per member.
+  entry_.type = type;
+  entry_.regular = (type == '0' || type == '\0' || type == '7' || type == 'S');
+  entry_.sparse = type == 'S' || pax_sparse_;
+  entry_.start_offset = pending_start_;
+  entry_.data_offset = offset + kTarBlock;
+  entry_.size = pax_has_size_ ? pax_size_ : size;
+  if (!sparse_name_.empty()) {
+    entry_.path = sparse_name_;
+  } else if (!pax_path_.empty()) {
+    entry_.path = pax_path_;
+  } else if (!long_name_.empty()) {
+    entry_.path = long_name_;
+  } else {
+    const char* name = reinterpret_cast<const char*>(b);
+    const char* prefix = reinterpret_cast<const char*>(b + 345);
+    bool ustar = std::memcmp(b + 257, "ustar", 5) == 0 && b[262] == '\0';
+    size_t prefix_len = ustar ? field_length(b + 345, 155) : 0;
+    entry_.path.clear();
+    if (prefix_len > 0) {
+      entry_.path.append(prefix, prefix_len);
+      entry_.path.push_back('/');
+    }
+    entry_.path.append(name, field_length(b, 100));
+  }
+  // An old (v7) archive stores a directory as a NUL-type member named with a '/'.
+  if (type == '\0' && !entry_.path.empty() && entry_.path.back() == '/') {
+    entry_.type = '5';
+    entry_.regular = false;
+  }
+  // Links, devices, FIFOs and directories have no payload, whatever the size field says
+  // (tarfile reads the next header right after them); other types are skipped by size.
+  if (entry_.type >= '1' && entry_.type <= '6') entry_.size = 0;
+  has_pending_ = false;
+  long_name_.clear();
+  pax_path_.clear();
+  sparse_name_.clear();
+  pax_has_size_ = false;
+  pax_sparse_ = false;
+  // An old GNU sparse header whose map goes on in the blocks that follow it.
+  if (type == 'S' && b[482] != 0) {
+    sparse_map_pending_ = true;
+    return Kind::kSparseMap;
+  }
+  return Kind::kEntry;
+}
+
+Status TarHeaderDecoder::extension_data(std::string_view data) {
+  if (ext_type_ == 'L') {
+    long_name_ = std::string(data.substr(0, data.find('\0')));
+    return Status::ok();
+  }
+  if (ext_type_ == 'K') return Status::ok();  // long link name: not needed
+  // PAX records: "<len> <key>=<value>\n", len counting the whole record.
+  size_t pos = 0;
+  while (pos < data.size()) {
+    if (data[pos] == '\0') break;  // padding
+    size_t space = data.find(' ', pos);
+    if (space == std::string_view::npos)
+      return corrupt(at(source_, ext_offset_) + ": malformed PAX record");
+    uint64_t len = 0;
+    for (size_t i = pos; i < space; ++i) {
+      if (data[i] < '0' || data[i] > '9')
+        return corrupt(at(source_, ext_offset_) + ": malformed PAX record length");
+      len = len * 10 + static_cast<uint64_t>(data[i] - '0');
+      if (len > data.size()) break;
+    }
+    if (len == 0 || pos + len > data.size() || data[pos + len - 1] != '\n')
+      return corrupt(at(source_, ext_offset_) + ": malformed PAX record length");
+    std::string_view rec = data.substr(space + 1, pos + len - 1 - (space + 1));
+    size_t eq = rec.find('=');
+    if (eq == std::string_view::npos)
+      return corrupt(at(source_, ext_offset_) + ": PAX record without '='");
+    std::string_view key = rec.substr(0, eq), value = rec.substr(eq + 1);
+    if (ext_type_ == 'x' || ext_type_ == 'X') {
+      if (key.substr(0, 11) == "GNU.sparse.") pax_sparse_ = true;
+      if (key == "path") {
+        pax_path_ = std::string(value);
+      } else if (key == "GNU.sparse.name") {  // a sparse file's real name (path is not)
+        sparse_name_ = std::string(value);
+      } else if (key == "size") {
+        uint64_t v = 0;
+        if (value.empty()) return corrupt(at(source_, ext_offset_) + ": empty PAX size");
+        for (char c : value) {
+          if (c < '0' || c > '9' || v > (UINT64_MAX - 9) / 10)
+            return corrupt(at(source_, ext_offset_) + ": bad PAX size");
+          v = v * 10 + static_cast<uint64_t>(c - '0');
+        }
+        if (v > kMaxMemberBytes)
+          return corrupt(at(source_, ext_offset_) + ": PAX size " + std::to_string(v) +
+                         " is implausible");
+        pax_size_ = v;
+        pax_has_size_ = true;
+      }
+    }
+    pos += len;
+  }
+  return Status::ok();
+}
+
+Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_entry,
+                bool* in_payload) {
+  bool payload_flag = false;
+  bool& in_pl = in_payload ? *in_payload : payload_flag;
+  in_pl = false;
+  TarHeaderDecoder dec(source);
+  uint8_t block[kTarBlock];
+  std::string ext;
+  for (;;) {
+    uint64_t offset = in.position();
+    SY_ASSIGN_OR_RETURN(size_t got, in.read(block, kTarBlock));
+    if (got == 0) {
+      if (dec.pending())
+        return corrupt(at(source, offset) + ": truncated: archive ends after an extension header");
+      return Status::ok();  // no end-of-archive marker: accepted, like tarfile and GNU tar
+    }
+    if (got < kTarBlock)
+      return corrupt(at(source, offset) + ": truncated: partial tar header of " +
+                     std::to_string(got) + " bytes");
+    SY_ASSIGN_OR_RETURN(auto kind, dec.decode(block, offset));
+    if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
+    if (kind == TarHeaderDecoder::Kind::kSparseMap) continue;
+    uint64_t padded =
+        ((kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size() : dec.entry().size) +
+         kTarBlock - 1) /
+        kTarBlock * kTarBlock;
+    if (kind == TarHeaderDecoder::Kind::kExtension) {
+      ext.resize(padded);
+      SY_ASSIGN_OR_RETURN(size_t n, in.read(ext.data(), padded));
+      if (n != padded)
+        return corrupt(at(source, offset) + ": truncated inside an extension header");
+      SY_RETURN_IF_ERROR(dec.extension_data(std::string_view(ext).substr(0, dec.extension_size())));
+      continue;
+    }
+    SY_RETURN_IF_ERROR(on_entry(dec.entry()));
+    // Make sure the payload is really there: peek at its last byte before skipping.
+    if (padded > 0) {
+      in_pl = true;
+      SY_RETURN_IF_ERROR(in.skip(padded - 1));
+      uint8_t last;
+      SY_ASSIGN_OR_RETURN(size_t n, in.read(&last, 1));
+      if (n != 1)
+        return corrupt(at(source, offset) + ": truncated: member '" + dec.entry().path +
+                       "' needs " + std::to_string(dec.entry().size) +
+                       " payload bytes that the file does not have");
+      in_pl = false;
+    }
+  }
+}
+
+Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
+                        const std::string& source, const TarPayloadFn& on_entry) {
+  TarHeaderDecoder dec(source);
+  size_t pos = 0;
+  while (pos < len) {
+    uint64_t offset = base_offset + pos;
+    if (len - pos < kTarBlock)
+      return corrupt(at(source, offset) + ": truncated: partial tar header");
+    SY_ASSIGN_OR_RETURN(auto kind, dec.decode(data + pos, offset));
+    if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
+    pos += kTarBlock;
+    if (kind == TarHeaderDecoder::Kind::kSparseMap) continue;
+    uint64_t size =
+        kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size() : dec.entry().size;
+    uint64_t padded = (size + kTarBlock - 1) / kTarBlock * kTarBlock;
+    if (size > len - pos)
+      return corrupt(at(source, offset) + ": truncated: entry needs " + std::to_string(size) +
+                     " payload bytes, " + std::to_string(len - pos) + " left");
+    if (kind == TarHeaderDecoder::Kind::kExtension) {
+      SY_RETURN_IF_ERROR(
+          dec.extension_data(std::string_view(reinterpret_cast<const char*>(data + pos), size)));
+    } else {
+      SY_RETURN_IF_ERROR(on_entry(dec.entry(), data + pos));
+    }
+    pos += std::min<uint64_t>(padded, len - pos);
+  }
+  if (dec.pending())
+    return corrupt(at(source, base_offset + len) + ": data ends after an extension header");
+  return Status::ok();
+}
+
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+// tar_file_iterator's filters: a name without '/' that starts and ends with "__", or one
+// whose first component does (the regular expression __[^/]*__($|/) at the start).
+bool is_metadata(std::string_view path) {
+  if (!starts_with(path, "__")) return false;
+  const size_t slash = path.find('/');
+  if (slash == std::string_view::npos && ends_with(path, "__")) return true;
+  const std::string_view first = path.substr(0, slash);
+  return first.size() >= 4 && ends_with(first, "__");
+}
+
+// Where base_plus_ext's regular expression ^((?:.*/|)[^.]+)[.]([^/]*)$ splits `path` (the
+// index of the dot between key and extension), or npos when it does not match. The dot must
+// lie in the base name (the extension has no '/'), and the key must end in a run of at
+// least one character without a dot that starts the path or follows a '/': the first dot
+// of the base name when the base name does not start with it; otherwise that leading dot
+// when the last folder's name has no dot (the run is then "folder/").
+size_t key_dot(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', base);
+  if (dot == std::string_view::npos || dot > base) return dot;
+  if (slash == std::string_view::npos) return std::string_view::npos;
+  const size_t prev = slash == 0 ? std::string_view::npos : path.rfind('/', slash - 1);
+  const size_t folder = prev == std::string_view::npos ? 0 : prev + 1;
+  if (path.substr(folder, slash - folder).find('.') != std::string_view::npos)
+    return std::string_view::npos;
+  return dot;
+}
+
+}  // namespace
+
+std::optional<KeyField> split_key(std::string_view path) {
+  if (is_metadata(path)) return std::nullopt;
+  const size_t dot = key_dot(path);
+  if (dot == std::string_view::npos) return std::nullopt;
+  KeyField kf{path.substr(0, dot), std::string(path.substr(dot + 1))};
+  for (char& c : kf.field)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return kf;
+}
+
+std::string unmatched_reason(std::string_view path) {
+  if (path.empty()) return "has an empty name";
+  if (is_metadata(path)) return "is a metadata name (__name__)";
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  if (path.find('.', base) == std::string_view::npos)
+    return "has no extension (no dot in its name, as in key.ext)";
+  return "has no key (its name starts with a dot)";
+}
+
+}  // namespace shardyard::io

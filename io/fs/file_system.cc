@@ -1,0 +1,316 @@
+#include "io/fs/file_system.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace shardyard::io {
+
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+int64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+int64_t ctime_ns_of(const struct stat& st) {
+  return static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+}
+
+// A source is a regular file or a directory; anything else (a FIFO, a device, a socket)
+// would block or never end: refused with what it is.
+Status check_file_type(const std::string& uri, mode_t mode) {
+  if (S_ISREG(mode) || S_ISDIR(mode)) return Status::ok();
+  const char* what = S_ISFIFO(mode)   ? "a FIFO (named pipe)"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "not a regular file";
+  return invalid_argument(uri + ": is " + std::string(what) +
+                          ", not a regular file or a directory; give the path of a shard");
+}
+
+class LocalMapping : public MappedRange {
+ public:
+  LocalMapping(void* base, size_t length, size_t skip, size_t n)
+      : base_(base), length_(length), data_(static_cast<const uint8_t*>(base) + skip), n_(n) {}
+  ~LocalMapping() override { ::munmap(base_, length_); }
+  const uint8_t* data() const override { return data_; }
+  size_t size() const override { return n_; }
+
+ private:
+  void* base_;
+  size_t length_;
+  const uint8_t* data_;
+  size_t n_;
+};
+
+class LocalFile : public RandomAccessFile {
+ public:
+  LocalFile(int fd, uint64_t size, int64_t mtime_ns, std::string uri)
+      : fd_(fd), size_(size), mtime_ns_(mtime_ns), uri_(std::move(uri)) {}
+  ~LocalFile() override { ::close(fd_); }
+  Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
+    size_t done = 0;
+    auto* out = static_cast<char*>(dst);
+    while (done < n) {
+      ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        return io_error(uri_ + ": read failed at byte " + std::to_string(offset + done) + ": " +
+                        errno_text(errno));
+      }
+      if (got == 0) break;
+      done += static_cast<size_t>(got);
+    }
+    return done;
+  }
+  uint64_t size() const override { return size_; }
+  const std::string& uri() const override { return uri_; }
+  int64_t version() const override { return mtime_ns_; }
+  void will_need(uint64_t offset, size_t n) override {
+    ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
+  }
+
+  Result<std::shared_ptr<const MappedRange>> map(uint64_t offset, size_t n) override {
+    // Touching a mapped page past the end of the file kills the process (SIGBUS), so check
+    // the file's size now, not as it was at open: a shard cut short since then is damage.
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return io_error(uri_ + ": stat failed: " + errno_text(errno));
+    if (offset + n > static_cast<uint64_t>(st.st_size))
+      return corrupt(uri_ + ": truncated: wanted " + std::to_string(n) + " bytes at byte " +
+                     std::to_string(offset) + ", file has " + std::to_string(st.st_size));
+    const uint64_t start = offset & ~static_cast<uint64_t>(4095);
+    const size_t skip = static_cast<size_t>(offset - start), length = skip + n;
+    void* base = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd_, static_cast<off_t>(start));
+    if (base == MAP_FAILED) return std::shared_ptr<const MappedRange>();  // read instead
+    ::madvise(base, length, MADV_WILLNEED);
+    return std::shared_ptr<const MappedRange>(new LocalMapping(base, length, skip, n));
+  }
+
+ private:
+  int fd_;
+  uint64_t size_;
+  int64_t mtime_ns_;
+  std::string uri_;
+};
+
+class LocalFileSystem : public FileSystem {
+ public:
+  Result<FileInfo> stat(const std::string& uri) override {
+    struct stat st {};
+    if (::stat(uri.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return not_found(uri + ": no such file");
+      return io_error(uri + ": stat failed: " + errno_text(errno));
+    }
+    SY_RETURN_IF_ERROR(check_file_type(uri, st.st_mode));
+    FileInfo info;
+    info.uri = uri;
+    info.is_directory = S_ISDIR(st.st_mode);
+    info.size = static_cast<uint64_t>(st.st_size);
+    info.mtime_ns = mtime_ns_of(st);
+    info.ctime_ns = ctime_ns_of(st);
+    info.inode = static_cast<uint64_t>(st.st_ino);
+    return info;
+  }
+
+  Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
+    // O_NONBLOCK: opening a FIFO without a writer would wait forever; the type check after
+    // the open refuses it (and a file swapped for one after a stat).
+    int fd = ::open(uri.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+      if (errno == ENOENT) return not_found(uri + ": no such file");
+      return io_error(uri + ": cannot open: " + errno_text(errno));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return io_error(uri + ": stat failed: " + errno_text(err));
+    }
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return invalid_argument(uri + ": is a directory, not a file");
+    }
+    if (Status type = check_file_type(uri, st.st_mode); !type.is_ok()) {
+      ::close(fd);
+      return type;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return std::unique_ptr<RandomAccessFile>(
+        new LocalFile(fd, static_cast<uint64_t>(st.st_size), mtime_ns_of(st), uri));
+  }
+
+  Result<std::vector<std::string>> list(const std::string& dir_uri) override {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<std::string> out;
+    fs::recursive_directory_iterator it(dir_uri, ec), end;
+    if (ec) return io_error(dir_uri + ": cannot list: " + ec.message());
+    for (; it != end; it.increment(ec)) {
+      if (ec) return io_error(dir_uri + ": cannot list: " + ec.message());
+      if (it->is_regular_file(ec)) out.push_back(fs::relative(it->path(), dir_uri, ec).string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+class FileStream : public ByteStream {
+ public:
+  FileStream(std::shared_ptr<RandomAccessFile> file, size_t window)
+      : file_(std::move(file)), window_(std::max<size_t>(window, 512)) {}
+
+  Result<size_t> read(void* dst, size_t n) override {
+    auto* out = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < n) {
+      if (buf_pos_ < buf_.size()) {
+        size_t take = std::min(n - done, buf_.size() - buf_pos_);
+        std::memcpy(out + done, buf_.data() + buf_pos_, take);
+        buf_pos_ += take;
+        pos_ += take;
+        done += take;
+        continue;
+      }
+      if (n - done >= window_) {  // large read: straight into the caller's memory
+        SY_ASSIGN_OR_RETURN(size_t got, file_->read_at(pos_, out + done, n - done));
+        pos_ += got;
+        done += got;
+        break;
+      }
+      // Right after a seek (past a large payload) read only a small block: the next header
+      // and the small members that usually follow it, not the next large payload.
+      const size_t want = after_seek_ ? std::min<size_t>(window_, kAfterSeekBytes) : window_;
+      after_seek_ = false;
+      buf_.resize(want);
+      SY_ASSIGN_OR_RETURN(size_t got, file_->read_at(pos_, buf_.data(), want));
+      buf_.resize(got);
+      buf_pos_ = 0;
+      if (got == 0) break;
+    }
+    return done;
+  }
+
+  Status skip(uint64_t n) override {
+    uint64_t in_buf = buf_.size() - buf_pos_;
+    if (n <= in_buf) {
+      buf_pos_ += n;
+    } else {
+      // Skipping more than a window past the buffer is a large payload: the next refill is
+      // small. A shorter skip is a small member: keep reading whole windows.
+      after_seek_ = n - in_buf >= window_;
+      buf_.clear();
+      buf_pos_ = 0;
+    }
+    pos_ += n;
+    return Status::ok();
+  }
+
+  uint64_t position() const override { return pos_; }
+
+ private:
+  std::shared_ptr<RandomAccessFile> file_;
+  static constexpr size_t kAfterSeekBytes = 4096;
+  size_t window_;
+  bool after_seek_ = false;
+  std::string buf_;
+  size_t buf_pos_ = 0;
+  uint64_t pos_ = 0;
+};
+
+class MemoryStream : public ByteStream {
+ public:
+  explicit MemoryStream(std::string bytes) : bytes_(std::move(bytes)) {}
+  Result<size_t> read(void* dst, size_t n) override {
+    size_t take = pos_ >= bytes_.size() ? 0 : std::min<uint64_t>(n, bytes_.size() - pos_);
+    if (take > 0) std::memcpy(dst, bytes_.data() + pos_, take);
+    pos_ += take;
+    return take;
+  }
+  Status skip(uint64_t n) override {
+    pos_ += n;
+    return Status::ok();
+  }
+  uint64_t position() const override { return pos_; }
+
+ private:
+  std::string bytes_;
+  uint64_t pos_ = 0;
+};
+
+}  // namespace
+
+FileSystem& local_file_system() {
+  static LocalFileSystem fs;
+  return fs;
+}
+
+Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync_dir) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return io_error("cannot write " + tmp + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  int synced = ::fsync(fd), sync_err = errno;
+  int closed = ::close(fd), close_err = errno;
+  if (synced != 0 || closed != 0) {
+    ::unlink(tmp.c_str());
+    return io_error("cannot flush " + tmp + ": " +
+                    std::strerror(synced != 0 ? sync_err : close_err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return io_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(err));
+  }
+  if (sync_dir) {
+    auto slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return io_error("cannot open directory " + dir + ": " + std::strerror(errno));
+    int rc = ::fsync(dfd), err = errno;
+    ::close(dfd);
+    if (rc != 0) return io_error("cannot flush directory " + dir + ": " + std::strerror(err));
+  }
+  return Status::ok();
+}
+
+Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n) {
+  SY_ASSIGN_OR_RETURN(size_t got, f.read_at(offset, dst, n));
+  if (got != n)
+    return corrupt(f.uri() + ": truncated: wanted " + std::to_string(n) + " bytes at byte " +
+                   std::to_string(offset) + ", file ends at byte " + std::to_string(offset + got));
+  return Status::ok();
+}
+
+std::unique_ptr<ByteStream> file_stream(std::shared_ptr<RandomAccessFile> file, size_t window) {
+  return std::make_unique<FileStream>(std::move(file), window);
+}
+
+std::unique_ptr<ByteStream> memory_stream(std::string bytes) {
+  return std::make_unique<MemoryStream>(std::move(bytes));
+}
+
+}  // namespace shardyard::io

@@ -1,0 +1,137 @@
+#include "io/persist/checkpoint_store.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/fs/file_system.h"
+
+namespace shardyard::io {
+
+namespace {
+
+std::string join(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+// The generation in a rank file's name ("rank-00003.g000007.ckpt": digits only), or 0.
+uint64_t generation_of(const std::string& name) {
+  auto digits = [&](size_t from, size_t to) {
+    if (from >= to || to - from > 18) return false;
+    for (size_t i = from; i < to; ++i)
+      if (name[i] < '0' || name[i] > '9') return false;
+    return true;
+  };
+  const std::string ext = ".ckpt";
+  if (name.rfind("rank-", 0) != 0 || name.size() <= ext.size() ||
+      name.compare(name.size() - ext.size(), ext.size(), ext) != 0)
+    return 0;
+  const size_t g = name.find(".g", 5), end = name.size() - ext.size();
+  if (g == std::string::npos || !digits(5, g) || !digits(g + 2, end)) return 0;
+  return std::stoull(name.substr(g + 2, end - g - 2));
+}
+
+}  // namespace
+
+Status write_checkpoint_file(const std::string& dir, const std::string& name,
+                             std::string_view bytes) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return io_error("cannot create checkpoint directory " + dir + ": " + std::strerror(errno));
+  return write_file_atomic(join(dir, name), bytes, /*sync_dir=*/true);
+}
+
+Result<std::string> read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return not_found(path + ": no such file");
+    return io_error("cannot read " + path + ": " + std::strerror(errno));
+  }
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) return io_error("cannot read " + path);
+  return out.str();
+}
+
+std::string rank_file_name(uint32_t rank, uint64_t generation) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "rank-%05u.g%06llu.ckpt", rank,
+                static_cast<unsigned long long>(generation));
+  return buf;
+}
+
+Result<uint64_t> next_generation(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return uint64_t{1};
+  uint64_t top = 0;
+  auto manifest = read_whole_file(join(dir, kCheckpointManifestName));
+  if (manifest.is_ok()) {
+    auto m = decode_checkpoint_manifest(*manifest, join(dir, kCheckpointManifestName));
+    if (m.is_ok()) top = m->generation;
+  }
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    top = std::max(top, generation_of(it->path().filename().string()));
+  if (ec) return io_error("cannot list checkpoint directory " + dir + ": " + ec.message());
+  return top + 1;
+}
+
+Status commit_checkpoint(const std::string& dir, const CheckpointManifest& manifest) {
+  SY_RETURN_IF_ERROR(
+      write_checkpoint_file(dir, kCheckpointManifestName, encode_checkpoint_manifest(manifest)));
+  // The commit is durable: what other generations and interrupted saves left is garbage.
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const uint64_t gen = generation_of(name);
+    const bool stale_rank = gen != 0 && gen != manifest.generation;
+    const bool stale_tmp =
+        name.find(".tmp.") != std::string::npos &&
+        (name.rfind("rank-", 0) == 0 || name.rfind(kCheckpointManifestName, 0) == 0);
+    std::error_code ignored;  // a file that cannot be removed now goes with the next commit
+    if (stale_rank || stale_tmp) std::filesystem::remove(it->path(), ignored);
+  }
+  return Status::ok();
+}
+
+Result<CheckpointFiles> read_checkpoint_files(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return not_found(dir + ": no checkpoint here (not a directory)");
+  const std::string manifest_path = join(dir, kCheckpointManifestName);
+  CheckpointFiles files;
+  auto bytes = read_whole_file(manifest_path);
+  if (!bytes.is_ok()) {
+    if (bytes.status().code() == StatusCode::kNotFound)
+      return not_found(dir + ": no checkpoint here (no " + kCheckpointManifestName + " file)");
+    return bytes.status();
+  }
+  files.manifest = std::move(bytes).value();
+  SY_ASSIGN_OR_RETURN(auto manifest, decode_checkpoint_manifest(files.manifest, manifest_path));
+  files.rank_files.resize(manifest.ranks.size());
+  for (const auto& ref : manifest.ranks) {
+    if (ref.rank >= files.rank_files.size())
+      return corrupt(manifest_path + " names rank " + std::to_string(ref.rank) + " out of range");
+    auto file = read_whole_file(join(dir, ref.name));
+    if (!file.is_ok()) {
+      if (file.status().code() == StatusCode::kNotFound)
+        return not_found("checkpoint in " + dir + " is incomplete: the rank file of rank " +
+                         std::to_string(ref.rank) + " (" + ref.name + ") is missing");
+      return file.status();
+    }
+    files.rank_files[ref.rank] = std::move(file).value();
+  }
+  return files;
+}
+
+Result<Checkpoint> load_checkpoint(const std::string& dir) {
+  SY_ASSIGN_OR_RETURN(auto files, read_checkpoint_files(dir));
+  return decode_checkpoint(files.manifest, files.rank_files, dir);
+}
+
+}  // namespace shardyard::io

@@ -1,0 +1,359 @@
+#include "io/remote/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "io/remote/s3_listing.h"
+
+namespace shardyard::io {
+
+namespace {
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// The calling thread's easy handle: it owns the connections it has opened and keeps them
+// alive between requests (curl_easy_reset keeps the connection cache).
+CURL* thread_handle() {
+  struct Handle {
+    CURL* h = nullptr;
+    ~Handle() {
+      if (h) curl_easy_cleanup(h);
+    }
+  };
+  thread_local Handle handle;
+  if (handle.h == nullptr) {
+    global_init();
+    handle.h = curl_easy_init();
+  } else {
+    curl_easy_reset(handle.h);
+  }
+  return handle.h;
+}
+
+uint64_t thread_random() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+// One attempt: where the body goes and what the response said.
+struct Transfer {
+  // Sink: a fixed buffer (dst, cap) or a growing string (body, body_max).
+  char* dst = nullptr;
+  size_t cap = 0;
+  std::string* body = nullptr;
+  size_t body_max = 0;
+  size_t got = 0;
+  bool ranged = false;
+  uint64_t range_at = 0;  // the first byte asked for
+  uint64_t skip = 0;      // bytes still to drop (a 200 answer to a ranged request)
+  bool checked = false;   // the first body byte has been seen
+  bool full = false;      // we ended the transfer: the buffer is full
+  bool bad_range = false;
+  bool too_big = false;
+  // Response.
+  long status = 0;
+  std::string error_body;
+  std::optional<ContentRange> content_range;
+  int64_t content_length = -1;
+  std::string etag;
+  int64_t last_modified_ns = 0;
+};
+
+size_t on_header(char* data, size_t size, size_t nitems, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * nitems;
+  std::string line(data, n);
+  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or a 100)
+    auto sp = line.find(' ');
+    t->status = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, nullptr, 10);
+    t->content_range.reset();
+    t->content_length = -1;
+    t->etag.clear();
+    t->last_modified_ns = 0;
+    return n;
+  }
+  std::string name, value;
+  if (!split_header_line(line, &name, &value)) return n;
+  if (name == "content-range") {
+    t->content_range = parse_content_range(value);
+  } else if (name == "content-length") {
+    char* end = nullptr;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (end != value.c_str() && *end == '\0' && v >= 0) t->content_length = v;
+  } else if (name == "etag") {
+    t->etag = value;
+    if (t->etag.rfind("W/", 0) == 0) t->etag = t->etag.substr(2);
+    if (t->etag.size() >= 2 && t->etag.front() == '"' && t->etag.back() == '"')
+      t->etag = t->etag.substr(1, t->etag.size() - 2);
+  } else if (name == "last-modified") {
+    t->last_modified_ns = parse_http_time(value).value_or(0);
+  }
+  return n;
+}
+
+size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t n = size * nmemb;
+  const bool success = t->status >= 200 && t->status < 300;
+  if (!success) {  // keep the start of an error body: S3 puts its error code there
+    size_t keep = std::min(n, size_t{8192} - std::min<size_t>(8192, t->error_body.size()));
+    t->error_body.append(data, keep);
+    return n;
+  }
+  if (!t->checked) {
+    t->checked = true;
+    if (t->ranged && t->status == 206) {
+      if (!t->content_range || t->content_range->first != t->range_at) {
+        t->bad_range = true;
+        return 0;  // aborts the transfer
+      }
+    } else if (t->ranged && t->status == 200) {
+      t->skip = t->range_at;  // the server ignored Range: drop what comes before
+    }
+  }
+  size_t consumed = 0;
+  if (t->skip > 0) {
+    size_t drop = static_cast<size_t>(std::min<uint64_t>(t->skip, n));
+    t->skip -= drop;
+    consumed = drop;
+  }
+  size_t rest = n - consumed;
+  if (t->body) {
+    if (t->body->size() + rest > t->body_max) {
+      t->too_big = true;
+      return 0;
+    }
+    t->body->append(data + consumed, rest);
+    t->got += rest;
+    return n;
+  }
+  size_t take = std::min(rest, t->cap - t->got);
+  std::memcpy(t->dst + t->got, data + consumed, take);
+  t->got += take;
+  if (take < rest) {
+    t->full = true;
+    return consumed + take;  // short: curl stops, we have all we asked for
+  }
+  return n;
+}
+
+Transport transport_of(CURLcode res, const Transfer& t) {
+  switch (res) {
+    case CURLE_OK:
+      return Transport::kOk;
+    case CURLE_WRITE_ERROR:
+      return t.full ? Transport::kOk : Transport::kOther;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR:
+      return Transport::kConnect;
+    case CURLE_OPERATION_TIMEDOUT:
+      return Transport::kTimeout;
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return Transport::kBrokenBody;
+    default:
+      return Transport::kOther;
+  }
+}
+
+struct Call {
+  const char* method;
+  const std::string& url;
+  const RequestSigner* signer;
+  std::string range;  // header value, or empty
+};
+
+CURLcode perform(const HttpOptions& o, const Call& call, Transfer* t) {
+  CURL* h = thread_handle();
+  curl_easy_setopt(h, CURLOPT_URL, call.url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(o.low_speed_bytes_per_s));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(o.low_speed_time_s));
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, o.verify_tls ? 1L : 0L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, o.verify_tls ? 2L : 0L);
+  // A signed request is valid for one URL only; a plain one may follow redirects.
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, call.signer ? 0L : 1L);
+  curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
+  if (std::strcmp(call.method, "HEAD") == 0) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  curl_slist* headers = nullptr;
+  if (!call.range.empty()) headers = curl_slist_append(headers, ("Range: " + call.range).c_str());
+  if (call.signer) {
+    auto url = parse_url(call.url);
+    if (url)
+      for (const auto& line : call.signer->headers(call.method, *url, call.range))
+        headers = curl_slist_append(headers, line.c_str());
+  }
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  CURLcode res = curl_easy_perform(h);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
+  curl_slist_free_all(headers);
+  return res;
+}
+
+// "GET http://host/path (bytes=0-9)": never the query string, never a header.
+std::string what(const Call& call) {
+  std::string s = std::string(call.method) + " " + redact_url(call.url);
+  if (!call.range.empty()) s += " (" + call.range + ")";
+  return s;
+}
+
+std::string outcome(CURLcode res, const Transfer& t) {
+  if (res != CURLE_OK && !(res == CURLE_WRITE_ERROR && t.full)) {
+    if (t.bad_range) return "the server answered another byte range than the one asked for";
+    if (t.too_big) return "the response is larger than expected";
+    return curl_easy_strerror(res);
+  }
+  std::string s = "HTTP " + std::to_string(t.status);
+  std::string code = s3_error_code(t.error_body);
+  if (!code.empty()) s += " " + code;
+  if (t.status == 403) s += " (access denied: check the credentials and the bucket policy)";
+  return s;
+}
+
+Status failure(const Call& call, CURLcode res, const Transfer& t) {
+  std::string msg = what(call) + ": " + outcome(res, t);
+  if (res == CURLE_OK && (t.status == 404 || t.status == 410)) return not_found(msg);
+  return io_error(msg);
+}
+
+// Runs one step of the retry loop: true to try again (after sleeping), false to give up.
+bool should_retry(const HttpOptions& o, Transport transport, const Transfer& t,
+                  uint32_t* failures) {
+  if (classify(transport, t.status, s3_error_code(t.error_body)) != Verdict::kRetry) return false;
+  if (++*failures > o.retry.max_retries) return false;
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(backoff_ms(o.retry, *failures, thread_random())));
+  return true;
+}
+
+Status gave_up(const HttpOptions& o, const Call& call, CURLcode res, const Transfer& t,
+               Transport transport) {
+  Status st = failure(call, res, t);
+  if (classify(transport, t.status, s3_error_code(t.error_body)) != Verdict::kRetry) return st;
+  return unavailable(st.message() + " (gave up after " + std::to_string(o.retry.max_retries) +
+                     " retries)");
+}
+
+}  // namespace
+
+Result<HttpOptions> HttpOptions::from_env() {
+  HttpOptions o;
+  uint32_t insecure = 0;
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_CONNECT_TIMEOUT_MS", &o.connect_timeout_ms));
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_LOW_SPEED_BYTES", &o.low_speed_bytes_per_s));
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_TIMEOUT_S", &o.low_speed_time_s));
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_RETRIES", &o.retry.max_retries));
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_BACKOFF_MS", &o.retry.backoff_base_ms));
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_BACKOFF_MAX_MS", &o.retry.backoff_max_ms));
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_INSECURE", &insecure));
+  o.verify_tls = insecure == 0;
+  if (o.low_speed_time_s == 0 || o.low_speed_bytes_per_s == 0)
+    return invalid_argument(
+        "SHARDYARD_HTTP_TIMEOUT_S and SHARDYARD_HTTP_LOW_SPEED_BYTES must be "
+        "at least 1 (a stalled transfer must end)");
+  return o;
+}
+
+Result<ObjectInfo> HttpClient::head(const std::string& url, const RequestSigner* signer) const {
+  Call call{"HEAD", url, signer, ""};
+  for (uint32_t failures = 0;;) {
+    Transfer t;
+    CURLcode res = perform(options_, call, &t);
+    Transport tr = transport_of(res, t);
+    if (tr == Transport::kOk && t.status >= 200 && t.status < 300) {
+      if (t.content_length < 0)
+        return io_error(what(call) + ": the server sent no Content-Length; cannot read ranges");
+      return ObjectInfo{static_cast<uint64_t>(t.content_length), t.last_modified_ns, t.etag};
+    }
+    if (!should_retry(options_, tr, t, &failures)) return gave_up(options_, call, res, t, tr);
+  }
+}
+
+Result<size_t> HttpClient::get_range(const std::string& url, const RequestSigner* signer,
+                                     uint64_t offset, void* dst, size_t n,
+                                     int64_t expected_size) const {
+  if (expected_size >= 0) {
+    if (offset >= static_cast<uint64_t>(expected_size)) return size_t{0};
+    n = static_cast<size_t>(std::min<uint64_t>(n, static_cast<uint64_t>(expected_size) - offset));
+  }
+  if (n == 0) return size_t{0};
+  auto* out = static_cast<char*>(dst);
+  size_t done = 0;
+  uint32_t failures = 0;
+  while (done < n) {
+    Call call{"GET", url, signer,
+              "bytes=" + std::to_string(offset + done) + "-" + std::to_string(offset + n - 1)};
+    Transfer t;
+    t.dst = out + done;
+    t.cap = n - done;
+    t.ranged = true;
+    t.range_at = offset + done;
+    CURLcode res = perform(options_, call, &t);
+    done += t.got;
+    Transport tr = transport_of(res, t);
+    if (tr == Transport::kOk && t.status >= 200 && t.status < 300) {
+      int64_t total = t.status == 206 && t.content_range ? t.content_range->total
+                      : t.status == 200                  ? t.content_length
+                                                         : -1;
+      if (expected_size >= 0 && total >= 0 && total != expected_size)
+        return corrupt(what(call) + ": the object is now " + std::to_string(total) +
+                       " bytes, was " + std::to_string(expected_size) +
+                       " when opened (it changed; rebuild the manifest)");
+      if (done == n || t.full) continue;
+      // A clean end before the bytes asked for: the end of the object, unless its size
+      // says more must come (a proxy that closed early): then resume.
+      if (expected_size < 0 || offset + done >= static_cast<uint64_t>(expected_size)) break;
+      tr = Transport::kBrokenBody;
+    } else if (tr == Transport::kOk && t.status == 416) {
+      if (expected_size >= 0)
+        return corrupt(what(call) +
+                       ": range not satisfiable: the object shrank since it was "
+                       "opened (rebuild the manifest)");
+      break;
+    }
+    if (t.got > 0) failures = 0;  // progress: the rest gets a fresh budget
+    if (!should_retry(options_, tr, t, &failures)) return gave_up(options_, call, res, t, tr);
+  }
+  return done;
+}
+
+Result<std::string> HttpClient::get_body(const std::string& url, const RequestSigner* signer,
+                                         size_t max_bytes) const {
+  Call call{"GET", url, signer, ""};
+  for (uint32_t failures = 0;;) {
+    std::string body;
+    Transfer t;
+    t.body = &body;
+    t.body_max = max_bytes;
+    CURLcode res = perform(options_, call, &t);
+    Transport tr = transport_of(res, t);
+    if (tr == Transport::kOk && t.status >= 200 && t.status < 300) return body;
+    if (!should_retry(options_, tr, t, &failures)) return gave_up(options_, call, res, t, tr);
+  }
+}
+
+}  // namespace shardyard::io

@@ -1,0 +1,75 @@
+// HttpClient: the libcurl transfers of the HTTP(S) and S3 file systems.
+//
+// Three calls: HEAD (size and version of an object), a ranged GET into the caller's memory,
+// and a GET of a small body (S3 listings). Every call retries what is worth retrying
+// (http_util.h: classify) with exponential backoff and jitter, and a ranged GET whose body
+// breaks resumes at the byte where it broke, so nothing is lost or read twice. Stalled
+// transfers end after `low_speed_time_s` below `low_speed_bytes_per_s` and are retried.
+// Errors name the method, the URL without its query string and the HTTP status; request
+// headers (credentials, signatures) are never put in a message.
+//
+// Connections are reused: each thread owns one curl easy handle (thread_local), which keeps
+// its connections alive between requests. curl appears only in http_client.cc.
+//
+// Thread-safe: the client is immutable; calls may run on any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/remote/http_util.h"
+#include "runtime/status.h"
+
+namespace shardyard::io {
+
+// Documented in docs/remote-sources.md; every field has a SHARDYARD_HTTP_* variable.
+struct HttpOptions {
+  uint32_t connect_timeout_ms = 10000;  // SHARDYARD_HTTP_CONNECT_TIMEOUT_MS
+  uint32_t low_speed_bytes_per_s = 1;   // SHARDYARD_HTTP_LOW_SPEED_BYTES
+  uint32_t low_speed_time_s = 30;       // SHARDYARD_HTTP_TIMEOUT_S: stall limit
+  RetryPolicy retry;       // SHARDYARD_HTTP_RETRIES, SHARDYARD_HTTP_BACKOFF_MS, _BACKOFF_MAX_MS
+  bool verify_tls = true;  // SHARDYARD_HTTP_INSECURE=1 turns certificate checks off
+
+  // Defaults overridden by the environment; fails on a value that is not a number.
+  static Result<HttpOptions> from_env();
+};
+
+// Adds per-attempt headers (signatures carry the time, so they are made afresh for every
+// attempt). `range` is the Range header's value or empty.
+class RequestSigner {
+ public:
+  virtual ~RequestSigner() = default;
+  virtual std::vector<std::string> headers(const std::string& method, const Url& url,
+                                           const std::string& range) const = 0;
+};
+
+struct ObjectInfo {
+  uint64_t size = 0;
+  int64_t last_modified_ns = 0;
+  std::string etag;
+};
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpOptions options) : options_(std::move(options)) {}
+  const HttpOptions& options() const { return options_; }
+
+  // kNotFound for 404 (and 410), kIoError for other refusals, kUnavailable when the
+  // retries ran out.
+  Result<ObjectInfo> head(const std::string& url, const RequestSigner* signer) const;
+  // Reads bytes [offset, offset + n) into dst; fewer only where the object ends. When
+  // `expected_size` >= 0 the response must describe an object of that size (else kCorrupt:
+  // the object changed since it was opened).
+  Result<size_t> get_range(const std::string& url, const RequestSigner* signer, uint64_t offset,
+                           void* dst, size_t n, int64_t expected_size) const;
+  // A whole (small) body, at most max_bytes.
+  Result<std::string> get_body(const std::string& url, const RequestSigner* signer,
+                               size_t max_bytes = 64u << 20) const;
+
+ private:
+  HttpOptions options_;
+};
+
+}  // namespace shardyard::io

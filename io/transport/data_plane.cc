@@ -1,0 +1,273 @@
+#include "io/transport/data_plane.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+
+namespace shardyard::io {
+
+namespace {
+
+class InprocChannel : public Channel {
+ public:
+  InprocChannel(uint32_t producers, size_t capacity)
+      : producers_(producers), capacity_(std::max<size_t>(1, capacity)) {}
+
+  Status push(Packet packet) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cancelled_ && queue_.size() >= capacity_) {
+      ++producers_waiting_;
+      not_full_.wait(lock, [&] { return cancelled_ || queue_.size() < capacity_; });
+      --producers_waiting_;
+    }
+    if (cancelled_) return cancelled("the consumer stopped reading");
+    queue_.push_back(std::move(packet));
+    // Wake the consumer only when it can be waiting: a futex wake per packet costs more
+    // than moving the packet.
+    if (consumer_waiting_) not_empty_.notify_one();
+    return Status::ok();
+  }
+
+  void finish(Status status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.is_ok() && error_.is_ok()) error_ = std::move(status);
+    if (finished_ < producers_) ++finished_;
+    not_empty_.notify_all();
+  }
+
+  Result<bool> pop(Packet* out) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [&] {
+      return !queue_.empty() || !error_.is_ok() || finished_ == producers_ || cancelled_;
+    };
+    if (!ready()) {
+      consumer_waiting_ = true;
+      not_empty_.wait(lock, ready);
+      consumer_waiting_ = false;
+    }
+    if (!error_.is_ok()) return error_;
+    if (cancelled_) return cancelled("channel cancelled");
+    if (queue_.empty()) return false;
+    *out = std::move(queue_.front());
+    queue_.pop_front();
+    if (producers_waiting_ > 0) not_full_.notify_one();
+    return true;
+  }
+
+  void cancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    queue_.clear();
+    not_full_.notify_all();
+    not_empty_.notify_all();
+  }
+
+  size_t depth() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.size();
+  }
+
+ private:
+  const uint32_t producers_;
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable not_full_, not_empty_;
+  std::deque<Packet> queue_;        // guarded by mu_
+  uint32_t finished_ = 0;           // guarded by mu_
+  Status error_;                    // guarded by mu_
+  bool cancelled_ = false;          // guarded by mu_
+  bool consumer_waiting_ = false;   // guarded by mu_
+  uint32_t producers_waiting_ = 0;  // guarded by mu_
+};
+
+class InprocRoute : public Route {
+ public:
+  InprocRoute(Dispatch mode, uint32_t workers, uint32_t window)
+      : mode_(mode), workers_(std::max(1u, workers)), window_(std::max(1u, window)) {
+    const uint32_t queues = mode == Dispatch::kOnRequest ? 1 : workers_;
+    for (uint32_t i = 0; i < queues; ++i) queues_.push_back(std::make_unique<Queue>());
+  }
+
+  Status send(Item item) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return cancelled("the route was reset");
+    // By key: the dispatcher chose the worker (Item::worker) from the item's routing key.
+    const uint64_t to = mode_ == Dispatch::kOnRequest ? 0
+                        : mode_ == Dispatch::kByKey   ? item.worker
+                                                      : item.position;
+    Queue& q = *queues_[to % workers_];
+    q.items.push_back(std::move(item));
+    if (q.waiters > 0) q.cv.notify_one();
+    return Status::ok();
+  }
+
+  Status send_shard(std::shared_ptr<const SharedShard> shard) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return cancelled("the route was reset");
+    for (auto& q : queues_) {
+      q->shards.push_back(shard);
+      if (q->waiters > 0) q->cv.notify_one();
+    }
+    return Status::ok();
+  }
+
+  Status wait_consumed(uint64_t position) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cancelled_ && consumed_ < position) {  // the dispatcher or a broadcast worker
+      ++producers_waiting_;
+      producer_cv_.wait(lock);
+      --producers_waiting_;
+    }
+    if (cancelled_) return cancelled("the route was reset");
+    return Status::ok();
+  }
+
+  void finish(Status status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+    if (!status.is_ok() && error_.is_ok()) error_ = std::move(status);
+    for (auto& q : queues_) q->cv.notify_all();
+  }
+
+  Result<Delivery> receive(uint32_t worker, bool wait) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    Queue& q = *queues_[mode_ == Dispatch::kOnRequest ? 0 : worker % workers_];
+    auto ready = [&] {
+      return cancelled_ || !error_.is_ok() || finished_ || !q.items.empty() || !q.shards.empty();
+    };
+    Delivery d;
+    if (!ready()) {
+      if (!wait) return d;
+      ++q.waiters;
+      q.cv.wait(lock, ready);
+      --q.waiters;
+    }
+    if (cancelled_) return cancelled("the route was reset");
+    if (!error_.is_ok()) return error_;
+    if (!q.shards.empty()) {
+      d.kind = Delivery::Kind::kShard;
+      d.shard = std::move(q.shards.front());
+      q.shards.pop_front();
+      return d;
+    }
+    if (q.items.empty()) {
+      d.kind = Delivery::Kind::kEnd;
+      return d;
+    }
+    // Round robin: everything queued for this worker. On request: a fair share of what is
+    // queued, at least one item, so an idle worker takes the next items and a slow one
+    // does not sit on many.
+    size_t n = q.items.size();
+    if (mode_ == Dispatch::kOnRequest) n = std::clamp<size_t>(n / workers_, 1, 16);
+    n = std::min<size_t>(n, 256);
+    d.items.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      d.items.push_back(std::move(q.items.front()));
+      q.items.pop_front();
+    }
+    return d;
+  }
+
+  void consumed(uint64_t position) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (position <= consumed_) return;
+    consumed_ = position;
+    consumed_hint_.store(position, std::memory_order_release);
+    if (producers_waiting_ > 0) producer_cv_.notify_all();
+  }
+
+  void cancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    for (auto& q : queues_) {
+      q->items.clear();
+      q->shards.clear();
+      q->cv.notify_all();
+    }
+    producer_cv_.notify_all();
+  }
+
+  uint64_t consumed_position() const override {
+    return consumed_hint_.load(std::memory_order_acquire);
+  }
+  Dispatch mode() const override { return mode_; }
+  uint32_t window() const override { return window_; }
+  size_t depth() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& q : queues_) n += q->items.size() + q->shards.size();
+    return n;
+  }
+
+ private:
+  struct Queue {
+    std::deque<Item> items;
+    std::deque<std::shared_ptr<const SharedShard>> shards;
+    uint32_t waiters = 0;
+    std::condition_variable cv;
+  };
+  const Dispatch mode_;
+  const uint32_t workers_;
+  const uint32_t window_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Queue>> queues_;  // contents guarded by mu_
+  std::condition_variable producer_cv_;
+  uint64_t consumed_ = 0;  // guarded by mu_
+  std::atomic<uint64_t> consumed_hint_{0};
+  uint32_t producers_waiting_ = 0;  // guarded by mu_
+  bool finished_ = false;           // guarded by mu_
+  bool cancelled_ = false;          // guarded by mu_
+  Status error_;                    // guarded by mu_
+};
+
+class InprocDataPlane : public DataPlane {
+ public:
+  std::shared_ptr<Channel> open_channel(const std::string& name, uint32_t producers,
+                                        size_t capacity) override {
+    return remember(channels_, name, std::make_shared<InprocChannel>(producers, capacity));
+  }
+  std::shared_ptr<Channel> attach(const std::string& name) override {
+    return find(channels_, name);
+  }
+  std::shared_ptr<Route> open_route(const std::string& name, Dispatch mode, uint32_t workers,
+                                    uint32_t window) override {
+    return remember(routes_, name, std::make_shared<InprocRoute>(mode, workers, window));
+  }
+  std::shared_ptr<Route> attach_route(const std::string& name) override {
+    return find(routes_, name);
+  }
+  const char* kind() const override { return "inproc"; }
+
+ private:
+  template <typename T>
+  using Names = std::map<std::string, std::weak_ptr<T>>;
+  // Names `opened` (forgetting the closed ones: the consumer that opened them let go).
+  template <typename T, typename Opened>
+  std::shared_ptr<T> remember(Names<T>& names, const std::string& name,
+                              std::shared_ptr<Opened> opened) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = names.begin(); it != names.end();)
+      it = it->second.expired() ? names.erase(it) : std::next(it);
+    names[name] = opened;
+    return opened;
+  }
+  template <typename T>
+  std::shared_ptr<T> find(Names<T>& names, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = names.find(name);
+    return it == names.end() ? nullptr : it->second.lock();
+  }
+
+  std::mutex mu_;
+  Names<Channel> channels_;  // guarded by mu_
+  Names<Route> routes_;      // guarded by mu_
+};
+
+}  // namespace
+
+std::unique_ptr<DataPlane> inproc_data_plane() { return std::make_unique<InprocDataPlane>(); }
+
+}  // namespace shardyard::io

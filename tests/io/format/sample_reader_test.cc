@@ -1,0 +1,240 @@
+// Tests of io/format/sample_reader.h: reading runs of samples back from every fixture format and
+// from directories, and detecting shards that changed after their manifest was built.
+#include "io/format/sample_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/format/manifest_scan.h"
+#include "tar_fixtures.h"
+
+namespace shardyard::io {
+namespace {
+
+using test::ExpectedSample;
+using test::Fixtures;
+using test::TempDir;
+
+// Read paths of a tar range: always read into a buffer, always memory-map.
+const size_t kMapThresholds[] = {SIZE_MAX, 0};
+
+std::shared_ptr<const Manifest> manifest_of(const std::vector<std::string>& paths) {
+  auto m = build_manifest(local_file_system(), paths, ScanOptions{}, nullptr);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return std::make_shared<const Manifest>(m.is_ok() ? *m : Manifest{});
+}
+
+// The item holds exactly the sample's members: field names sorted, bytes as written.
+void expect_item(const Item& item, const ExpectedSample& want, uint64_t id) {
+  EXPECT_EQ(item.key, want.key);
+  EXPECT_EQ(item.id, id);
+  std::map<std::string, std::string> expected;
+  for (const auto& m : want.members) expected[m.field] = test::payload(m.path, m.size);
+  ASSERT_EQ(item.fields.size(), expected.size()) << want.key;
+  size_t i = 0;
+  for (const auto& [field, bytes] : expected) {
+    EXPECT_EQ(item.fields[i].name, field) << want.key;
+    EXPECT_EQ(item.fields[i].view(), bytes) << want.key << "." << field;
+    ++i;
+  }
+  EXPECT_EQ(item.payload_bytes(), want.payload_bytes);
+}
+
+TEST(SampleReader, ReadsBackExactlyTheBytesWrittenInOneRun) {
+  const auto& fx = Fixtures::get();
+  for (const auto& name : Fixtures::good_archives()) {
+    SCOPED_TRACE(name);
+    auto manifest = manifest_of({fx.path(name)});
+    const auto want = fx.samples(name);
+    ASSERT_EQ(manifest->sources[0].samples.size(), want.size());
+    for (size_t map_threshold : kMapThresholds) {
+      SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, map_threshold);
+      std::vector<Item> items;
+      Status st = reader.read(0, 0, want.size(), 1000, &items);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      ASSERT_EQ(items.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) expect_item(items[i], want[i], 1000 + i);
+      EXPECT_GE(reader.bytes_read(), manifest->payload_bytes());
+    }
+  }
+}
+
+TEST(SampleReader, ReadsAnyRunInAnyOrder) {
+  const auto& fx = Fixtures::get();
+  for (const std::string name : {"gnu_posix.tar", "py_pax.tar.gz", "gnu_gnu.tar.gz"}) {
+    SCOPED_TRACE(name);
+    auto manifest = manifest_of({fx.path(name)});
+    const auto want = fx.samples(name);
+    const uint64_t n = want.size();
+    for (size_t map_threshold : kMapThresholds) {
+      SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, map_threshold);
+      // Forward runs of every length, then backward runs (a gzip source restarts).
+      for (uint64_t len = 1; len <= n; ++len) {
+        for (uint64_t first = 0; first + len <= n; first += len) {
+          std::vector<Item> items;
+          Status st = reader.read(0, first, first + len, first, &items);
+          ASSERT_TRUE(st.is_ok()) << first << "+" << len << ": " << st.to_string();
+          ASSERT_EQ(items.size(), len);
+          for (uint64_t i = 0; i < len; ++i) expect_item(items[i], want[first + i], first + i);
+        }
+      }
+      for (uint64_t first = n; first-- > 0;) {
+        std::vector<Item> items;
+        ASSERT_TRUE(reader.read(0, first, first + 1, 7, &items).is_ok());
+        ASSERT_EQ(items.size(), 1u);
+        expect_item(items[0], want[first], 7);
+      }
+    }
+  }
+}
+
+TEST(SampleReader, SwitchesBetweenMoreSourcesThanOpenFiles) {
+  const auto& fx = Fixtures::get();
+  const std::vector<std::string> names = {"py_gnu.tar", "gnu_gnu.tar.gz", "py_ustar.tar"};
+  std::vector<std::string> paths;
+  for (const auto& n : names) paths.push_back(fx.path(n));
+  auto manifest = manifest_of(paths);
+  SampleReader reader(local_file_system(), manifest, BufferPool::create(), 1);
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t s = 0; s < names.size(); ++s) {
+      const auto want = fx.samples(names[s]);
+      const uint64_t k = (round * 3 + s) % want.size();
+      std::vector<Item> items;
+      Status st = reader.read(s, k, k + 1, 0, &items);
+      ASSERT_TRUE(st.is_ok()) << names[s] << ": " << st.to_string();
+      ASSERT_EQ(items.size(), 1u);
+      expect_item(items[0], want[k], 0);
+    }
+  }
+}
+
+TEST(SampleReader, ItemsKeepTheirBytesAfterTheReaderIsGone) {
+  const auto& fx = Fixtures::get();
+  auto manifest = manifest_of({fx.path("py_pax.tar")});
+  const auto want = fx.samples("py_pax.tar");
+  for (size_t map_threshold : kMapThresholds) {
+    std::vector<Item> items;
+    {
+      auto pool = BufferPool::create();
+      SampleReader reader(local_file_system(), manifest, pool, 64, map_threshold);
+      ASSERT_TRUE(reader.read(0, 0, want.size(), 0, &items).is_ok());
+    }
+    std::vector<Item> moved = std::move(items);
+    for (size_t i = 0; i < want.size(); ++i) expect_item(moved[i], want[i], i);
+  }
+}
+
+TEST(SampleReader, EmptyRunReadsNothingAndARunPastTheEndIsAnError) {
+  const auto& fx = Fixtures::get();
+  auto manifest = manifest_of({fx.path("py_gnu.tar")});
+  SampleReader reader(local_file_system(), manifest, BufferPool::create());
+  std::vector<Item> items;
+  EXPECT_TRUE(reader.read(0, 3, 3, 0, &items).is_ok());
+  EXPECT_TRUE(items.empty());
+  Status st = reader.read(0, 2, 99, 0, &items);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find(fx.path("py_gnu.tar")), std::string::npos) << st.message();
+}
+
+TEST(SampleReader, ShardChangedSinceItsManifestIsCorrupt) {
+  const auto& fx = Fixtures::get();
+  TempDir dir;
+  const std::string path = dir.file("shard.tar");
+  std::filesystem::copy_file(fx.path("py_ustar.tar"), path);
+  auto manifest = manifest_of({path});
+  const uint64_t n = manifest->sources[0].samples.size();
+
+  // Another archive with other offsets in its place.
+  std::filesystem::copy_file(fx.path("py_gnu.tar"), path,
+                             std::filesystem::copy_options::overwrite_existing);
+  {
+    SampleReader reader(local_file_system(), manifest, BufferPool::create());
+    std::vector<Item> items;
+    Status st = reader.read(0, 0, n, 0, &items);
+    ASSERT_FALSE(st.is_ok()) << "read a changed shard without noticing";
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+    EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+    // The message names the commands that fix it.
+    EXPECT_NE(st.message().find("shardyard manifest build"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--no-cache"), std::string::npos) << st.message();
+  }
+  // The same archive cut short.
+  const std::string bytes = test::read_file(fx.path("py_ustar.tar"));
+  test::write_file(path, bytes.substr(0, bytes.size() / 2));
+  for (size_t map_threshold : kMapThresholds) {
+    SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, map_threshold);
+    std::vector<Item> items;
+    Status st = reader.read(0, n - 1, n, 0, &items);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+    EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("changed since"), std::string::npos) << st.message();
+  }
+  // Gone.
+  std::filesystem::remove(path);
+  {
+    SampleReader reader(local_file_system(), manifest, BufferPool::create());
+    std::vector<Item> items;
+    Status st = reader.read(0, 0, 1, 0, &items);
+    EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  }
+}
+
+// The reader keeps its files open. A shard cut short after the reader opened it must give
+// a kCorrupt status like one cut before: a memory mapping past the new end of the file
+// would raise SIGBUS instead. Run in a child process so a crash fails only this test.
+TEST(SampleReaderDeathTest, ShardCutShortWhileOpenIsCorruptNotACrash) {
+  const auto& fx = Fixtures::get();
+  TempDir dir;
+  const std::string path = dir.file("shard.tar");
+  std::filesystem::copy_file(fx.path("py_ustar.tar"), path);
+  auto manifest = manifest_of({path});
+  const uint64_t n = manifest->sources[0].samples.size();
+  EXPECT_EXIT(
+      {
+        SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, 0);
+        std::vector<Item> items;
+        if (!reader.read(0, 0, 1, 0, &items).is_ok()) std::_Exit(2);  // opens the file
+        std::filesystem::resize_file(path, 4096);
+        Status st = reader.read(0, n - 1, n, 0, &items);
+        std::_Exit(st.code() == StatusCode::kCorrupt ? 0 : 3);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(SampleReader, ReadsSamplesOfALooseFileDirectory) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("loose/sub"));
+  const std::map<std::string, std::string> files = {{"a.cls", "1"},
+                                                    {"a.jpg", std::string(5000, 'j')},
+                                                    {"b.cls", ""},
+                                                    {"sub/c.input.bin", "xyz"},
+                                                    {"sub/c.json", "{}"}};
+  for (const auto& [name, bytes] : files) test::write_file(dir.file("loose/" + name), bytes);
+  auto manifest = manifest_of({dir.file("loose")});
+  SampleReader reader(local_file_system(), manifest, BufferPool::create());
+  std::vector<Item> items;
+  ASSERT_TRUE(reader.read(0, 0, 3, 50, &items).is_ok());
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].key, "a");
+  EXPECT_EQ(items[0].id, 50u);
+  EXPECT_EQ(items[0].field("jpg")->view(), files.at("a.jpg"));
+  EXPECT_EQ(items[0].field("cls")->view(), "1");
+  EXPECT_EQ(items[1].key, "b");
+  EXPECT_EQ(items[1].field("cls")->size, 0u);
+  EXPECT_EQ(items[2].key, "sub/c");
+  EXPECT_EQ(items[2].id, 52u);
+  ASSERT_EQ(items[2].fields.size(), 2u);
+  EXPECT_EQ(items[2].fields[0].name, "input.bin");
+  EXPECT_EQ(items[2].fields[0].view(), "xyz");
+  EXPECT_EQ(items[2].fields[1].name, "json");
+}
+
+}  // namespace
+}  // namespace shardyard::io

@@ -1,0 +1,174 @@
+// Tests of io/remote/read_ahead.h on an in-memory file that counts (and can fail) its reads.
+#include "io/remote/read_ahead.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace shardyard::io {
+namespace {
+
+class CountingFile : public RandomAccessFile {
+ public:
+  explicit CountingFile(size_t size) : data_(size, '\0'), uri_("mem://file") {
+    for (size_t i = 0; i < size; ++i) data_[i] = static_cast<char>((i * 131) ^ (i >> 9));
+  }
+  Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_.emplace_back(offset, n);
+      if (fail_at_ != UINT64_MAX && offset <= fail_at_ && fail_at_ < offset + n)
+        return io_error("injected failure at " + std::to_string(fail_at_));
+    }
+    if (offset >= data_.size()) return size_t{0};
+    size_t take = std::min<uint64_t>(n, data_.size() - offset);
+    std::memcpy(dst, data_.data() + offset, take);
+    return take;
+  }
+  uint64_t size() const override { return data_.size(); }
+  const std::string& uri() const override { return uri_; }
+
+  std::vector<std::pair<uint64_t, size_t>> reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
+  }
+  void fail_at(uint64_t at) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_at_ = at;
+  }
+  const std::string& bytes() const { return data_; }
+
+ private:
+  std::string data_;
+  std::string uri_;
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, size_t>> reads_;
+  uint64_t fail_at_ = UINT64_MAX;
+};
+
+ReadAheadOptions small_blocks() {
+  ReadAheadOptions o;
+  o.block_bytes = 64 << 10;
+  o.initial_block_bytes = 16 << 10;
+  o.readahead_blocks = 2;
+  o.max_cached_bytes = 6 * (64 << 10);
+  return o;
+}
+
+void expect_bytes(RandomAccessFile& f, const CountingFile& base, uint64_t off, size_t n) {
+  std::string got(n, '\0');
+  auto r = f.read_at(off, got.data(), n);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  size_t want = off >= base.size() ? 0 : std::min<uint64_t>(n, base.size() - off);
+  ASSERT_EQ(*r, want);
+  ASSERT_EQ(got.substr(0, want), base.bytes().substr(off, want)) << "at " << off;
+}
+
+TEST(ReadAhead, SmallSequentialReadsBecomeFewLargeReads) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  auto f = read_ahead_file(base, small_blocks());
+  for (uint64_t off = 0; off < base->size(); off += 512) expect_bytes(*f, *base, off, 512);
+  auto reads = base->reads();
+  // 2048 reads of 512 bytes; the window grows 16, 32, 64 KiB, then whole blocks.
+  EXPECT_LT(reads.size(), 30u);
+  uint64_t fetched = 0;
+  for (auto& r : reads) fetched += r.second;
+  EXPECT_LE(fetched, base->size() + 3 * (64 << 10));  // little fetched twice or past the end
+}
+
+TEST(ReadAhead, AReadAfterASeekFetchesExactlyWhatItAsks) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  auto f = read_ahead_file(base, small_blocks());
+  expect_bytes(*f, *base, 0, 4096);
+  const size_t before = base->reads().size();
+  expect_bytes(*f, *base, 700000, 4096);  // past a large payload, as the header scan does
+  auto reads = base->reads();
+  ASSERT_EQ(reads.size(), before + 1);
+  EXPECT_EQ(reads.back(), (std::pair<uint64_t, size_t>{700000, 4096}));
+}
+
+TEST(ReadAhead, ALargeReadIsSplitIntoBlockSizedParallelReads) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  auto f = read_ahead_file(base, small_blocks());
+  expect_bytes(*f, *base, 1000, 300000);
+  auto reads = base->reads();
+  ASSERT_EQ(reads.size(), 5u);  // ceil(300000 / 65536)
+  for (auto& r : reads) EXPECT_LE(r.second, size_t{64} << 10);
+}
+
+TEST(ReadAhead, AHintFetchesTheRangeBeforeItIsRead) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  auto f = read_ahead_file(base, small_blocks());
+  f->will_need(500000, 100000);
+  for (int i = 0; i < 200 && base->reads().size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const size_t before = base->reads().size();
+  EXPECT_GE(before, 2u);  // 100000 bytes = two 64 KiB blocks, fetched in the background
+  expect_bytes(*f, *base, 500000, 50000);
+  expect_bytes(*f, *base, 550000, 50000);
+  auto reads = base->reads();
+  for (size_t i = 0; i < before; ++i) EXPECT_GE(reads[i].first, 500000u);
+  // Reading the hinted range asked for nothing new below its end.
+  for (size_t i = before; i < reads.size(); ++i) EXPECT_GE(reads[i].first, 600000u);
+}
+
+TEST(ReadAhead, EndOfFileAndEmptyReads) {
+  auto base = std::make_shared<CountingFile>(100000);
+  auto f = read_ahead_file(base, small_blocks());
+  expect_bytes(*f, *base, 99990, 100);
+  expect_bytes(*f, *base, 100000, 100);
+  expect_bytes(*f, *base, 0, 0);
+  EXPECT_EQ(f->size(), 100000u);
+  EXPECT_EQ(f->uri(), "mem://file");
+}
+
+TEST(ReadAhead, AFailedFetchIsReportedByTheReadThatNeedsIt) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  auto f = read_ahead_file(base, small_blocks());
+  base->fail_at(300000);
+  std::string buf(4096, '\0');
+  Status last;
+  for (uint64_t off = 0; off < 400000; off += 4096) {
+    auto r = f->read_at(off, buf.data(), buf.size());
+    if (!r.is_ok()) {
+      last = r.status();
+      EXPECT_LE(off, 300000u);
+      EXPECT_GT(off + 4096, 300000u - (64 << 10));
+      break;
+    }
+  }
+  ASSERT_FALSE(last.is_ok());
+  EXPECT_NE(last.message().find("injected failure"), std::string::npos);
+  base->fail_at(UINT64_MAX);  // the failure was not cached: reading again works
+  expect_bytes(*f, *base, 299000, 4096);
+}
+
+TEST(ReadAhead, ConcurrentReadersSeeTheRightBytes) {
+  auto base = std::make_shared<CountingFile>(2 << 20);
+  auto f = read_ahead_file(base, small_blocks());
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      std::string got;
+      for (int i = 0; i < 300; ++i) {
+        uint64_t off = (i % 3 == 0) ? rng() % base->size() : (t * 500000 + i * 1000);
+        size_t n = 1 + rng() % 200000;
+        got.assign(n, '\0');
+        auto r = f->read_at(off, got.data(), n);
+        size_t want = off >= base->size() ? 0 : std::min<uint64_t>(n, base->size() - off);
+        if (!r.is_ok() || *r != want || got.compare(0, want, base->bytes(), off, want) != 0) ++bad;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad, 0);
+}
+
+}  // namespace
+}  // namespace shardyard::io

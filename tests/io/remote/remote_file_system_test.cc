@@ -1,0 +1,227 @@
+// Integration tests of io/remote/remote_file_system.h against real servers on loopback: nginx,
+// s3rver and the fault proxy of tests/servers/servers.py, which starts them and runs this
+// binary (ctest: io_remote_integration). Run alone, every test skips with a message.
+#include "io/remote/remote_file_system.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+namespace shardyard::io {
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+#define REQUIRE_SERVERS()                                                                \
+  if (env("SY_TEST_HTTP_URL").empty())                                                   \
+  GTEST_SKIP() << "no test servers: run through tests/servers/servers.py --fixtures -- " \
+                  "(ctest does)"
+
+// Byte i of the fixture remote/blob.bin (servers.py: blob_byte).
+uint8_t blob_byte(uint64_t i) { return static_cast<uint8_t>((i * 7 + (i >> 12)) & 0xFF); }
+constexpr uint64_t kBlobSize = 3 * 1024 * 1024 + 123;
+
+RemoteOptions fast_options() {
+  RemoteOptions o;
+  o.http.retry.max_retries = 4;
+  o.http.retry.backoff_base_ms = 10;
+  o.http.retry.backoff_max_ms = 50;
+  o.http.low_speed_time_s = 2;
+  o.http.connect_timeout_ms = 2000;
+  o.read_ahead.block_bytes = 1 << 20;
+  return o;
+}
+
+S3Config s3_config() {
+  S3Config c;
+  c.credentials = {"S3RVER", "S3RVER", ""};
+  c.endpoint_url = env("SY_TEST_S3_ENDPOINT");
+  return c;
+}
+
+void expect_blob(RandomAccessFile& f, uint64_t offset, size_t n) {
+  std::string buf(n, '\0');
+  auto r = f.read_at(offset, buf.data(), n);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  size_t want = offset >= kBlobSize ? 0 : std::min<uint64_t>(n, kBlobSize - offset);
+  ASSERT_EQ(*r, want);
+  for (size_t i = 0; i < want; ++i)
+    ASSERT_EQ(static_cast<uint8_t>(buf[i]), blob_byte(offset + i)) << "at byte " << offset + i;
+}
+
+// Requests the fault proxy saw for `path` (its /_stats log), as "METHOD RANGE" strings.
+std::vector<std::string> proxy_log(const std::string& path) {
+  HttpClient client(HttpOptions{});
+  auto body = client.get_body(env("SY_TEST_PROXY_URL") + "/_stats", nullptr);
+  EXPECT_TRUE(body.is_ok());
+  std::vector<std::string> out;
+  if (!body.is_ok()) return out;
+  const std::string key = "[\"" + path + "\", \"";
+  for (size_t at = body->find(key); at != std::string::npos; at = body->find(key, at + 1)) {
+    size_t m = at + key.size(), m_end = body->find('"', m);
+    size_t r = body->find('"', m_end + 1) + 1, r_end = body->find('"', r);
+    out.push_back(body->substr(m, m_end - m) + " " + body->substr(r, r_end - r));
+  }
+  return out;
+}
+
+TEST(HttpFileSystem, StatOpenAndRangedReads) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  const std::string url = env("SY_TEST_HTTP_URL") + "/remote/blob.bin";
+  auto info = fs->stat(url);
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->size, kBlobSize);
+  EXPECT_NE(info->mtime_ns, 0);
+  auto f = fs->open(url);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ((*f)->size(), kBlobSize);
+  EXPECT_EQ((*f)->version(), info->mtime_ns);
+  for (uint64_t off = 0; off < 200000; off += 4000) expect_blob(**f, off, 4000);  // sequential
+  expect_blob(**f, 2000000, 512);                                                 // a seek
+  expect_blob(**f, 100, 3 << 20);                                                 // large
+  expect_blob(**f, kBlobSize - 10, 100);                                          // the end
+  expect_blob(**f, kBlobSize, 10);
+}
+
+TEST(HttpFileSystem, MissingObjectIsNotFoundAndTheErrorShowsNoQueryString) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  auto r = fs->open(env("SY_TEST_HTTP_URL") + "/remote/nope.bin?X-Amz-Signature=SECRETSIG");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/remote/nope.bin"), std::string::npos);
+  EXPECT_NE(r.status().message().find("404"), std::string::npos);
+  EXPECT_EQ(r.status().message().find("SECRETSIG"), std::string::npos) << r.status().message();
+}
+
+TEST(HttpFileSystem, ForbiddenIsNotRetried) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  const std::string path = "/_f/403/remote/blob.bin";
+  auto r = fs->stat(env("SY_TEST_PROXY_URL") + path);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError);
+  EXPECT_NE(r.status().message().find("403"), std::string::npos);
+  EXPECT_EQ(proxy_log(path).size(), 1u);
+}
+
+TEST(HttpFileSystem, ServiceUnavailableAndSlowDownAreRetried) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  for (std::string path : {"/_f/503x3/remote/blob.bin", "/_f/slowdownx2,429x1/remote/blob.bin"}) {
+    auto f = fs->open(env("SY_TEST_PROXY_URL") + path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    expect_blob(**f, 0, 1000);
+    EXPECT_EQ(proxy_log(path).size(), 5u) << path;  // 3 faults + HEAD + GET
+  }
+}
+
+TEST(HttpFileSystem, ABrokenBodyResumesAtTheByteWhereItBroke) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  const std::string path = "/_f/drop:100000x2/remote/blob.bin";
+  auto f = fs->open(env("SY_TEST_PROXY_URL") + path);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  expect_blob(**f, 0, 1 << 20);  // one block-sized GET, cut twice
+  auto log = proxy_log(path);
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_EQ(log[1], "GET bytes=0-1048575");
+  EXPECT_EQ(log[2], "GET bytes=100000-1048575");  // resumed where the first body broke
+  EXPECT_EQ(log[3], "GET bytes=200000-1048575");
+}
+
+TEST(HttpFileSystem, AStalledTransferTimesOutAndResumes) {
+  REQUIRE_SERVERS();
+  auto o = fast_options();
+  o.http.low_speed_time_s = 1;
+  auto fs = http_file_system(o);
+  const std::string path = "/_f/stall:5000x1/remote/blob.bin";
+  auto f = fs->open(env("SY_TEST_PROXY_URL") + path);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  auto t0 = std::chrono::steady_clock::now();
+  expect_blob(**f, 0, 20000);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 10.0);
+  auto log = proxy_log(path);
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[2].rfind("GET bytes=5000-", 0), 0u) << log[2];
+}
+
+TEST(HttpFileSystem, RetriesRunOutWithAClearError) {
+  REQUIRE_SERVERS();
+  auto o = fast_options();
+  o.http.retry.max_retries = 2;
+  auto fs = http_file_system(o);
+  auto r = fs->stat(env("SY_TEST_PROXY_URL") + "/_f/503/remote/blob.bin");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("503"), std::string::npos);
+  EXPECT_NE(r.status().message().find("gave up after 2 retries"), std::string::npos);
+  EXPECT_NE(r.status().message().find("/remote/blob.bin"), std::string::npos);
+
+  auto refused = fs->stat("http://127.0.0.1:1/x.tar");  // nothing listens on port 1
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(HttpFileSystem, CannotListAFolder) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  auto r = fs->list(env("SY_TEST_HTTP_URL") + "/many/");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("brace"), std::string::npos);
+}
+
+TEST(S3FileSystem, StatOpenAndReadSignedRequests) {
+  REQUIRE_SERVERS();
+  auto fs = s3_file_system(s3_config(), fast_options());
+  const std::string uri = "s3://" + env("SY_TEST_S3_BUCKET") + "/remote/blob.bin";
+  auto info = fs->stat(uri);
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->size, kBlobSize);
+  auto f = fs->open(uri);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  expect_blob(**f, 0, 70000);
+  expect_blob(**f, 3000000, 200000);
+  auto missing = fs->open("s3://" + env("SY_TEST_S3_BUCKET") + "/remote/none.bin");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message().find("S3RVER"), std::string::npos);
+}
+
+TEST(S3FileSystem, ListsAPrefixAcrossPages) {
+  REQUIRE_SERVERS();
+  auto fs = s3_file_system(s3_config(), fast_options());
+  auto r = fs->list("s3://" + env("SY_TEST_S3_BUCKET") + "/many/");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->size(), 1001u);  // s3rver pages at 1000 keys
+  EXPECT_EQ(r->front(), "obj-0000.tar");
+  EXPECT_EQ(r->back(), "obj-1000.tar");
+  EXPECT_TRUE(std::is_sorted(r->begin(), r->end()));
+  auto none = fs->list("s3://" + env("SY_TEST_S3_BUCKET") + "/nothing-here/");
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(S3Addressing, PathStyleForAnEndpointVirtualHostedForAws) {
+  S3Config c;
+  c.endpoint_url = "http://127.0.0.1:9000";
+  EXPECT_EQ(*s3_object_url(c, "s3://b/d/x y.tar"), "http://127.0.0.1:9000/b/d/x%20y.tar");
+  EXPECT_EQ(*s3_list_url(c, "b", "d/", ""), "http://127.0.0.1:9000/b?list-type=2&prefix=d%2F");
+  S3Config aws;
+  aws.region = "eu-west-1";
+  EXPECT_EQ(*s3_object_url(aws, "s3://b/k.tar"), "https://b.s3.eu-west-1.amazonaws.com/k.tar");
+  EXPECT_EQ(*s3_list_url(aws, "b", "", "tok/en="),
+            "https://b.s3.eu-west-1.amazonaws.com/?list-type=2&continuation-token=tok%2Fen%3D");
+  EXPECT_FALSE(s3_object_url(c, "s3://b").is_ok());
+  EXPECT_FALSE(s3_object_url(c, "s3:///k").is_ok());
+}
+
+}  // namespace
+}  // namespace shardyard::io
