@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "actors/device_feed.h"
 #include "actors/protocol.h"
 #include "actors/roles.h"
 #include "actors/state/job.h"
@@ -54,6 +55,8 @@ Status LoaderOptions::validate() const {
   if (workers == 0 || workers > 1024) return invalid_argument("workers must be 1..1024");
   if (batch_size == 0) return invalid_argument("batch_size must be at least 1");
   if (prefetch_packets == 0) return invalid_argument("prefetch_packets must be at least 1");
+  if ((!device.empty() || custom_device) && (device_prefetch == 0 || device_prefetch > 64))
+    return invalid_argument("device_prefetch must be 1..64");
   if (windows.enabled()) SY_RETURN_IF_ERROR(validate_window_spec(windows));
   return Status::ok();
 }
@@ -78,7 +81,8 @@ struct Cluster::Impl {
   std::unique_ptr<caf::actor_system> sys;
   coordinator_actor coordinator;
   std::map<uint32_t, RankRoles> ranks;
-  std::mutex mu;  // guards ranks[*].loader_open and ranks[*].channels
+  std::unique_ptr<DeviceFeed> device;  // null: batches stay in host memory
+  std::mutex mu;                       // guards ranks[*].loader_open and ranks[*].channels
   bool stopped = false;
 };
 
@@ -101,12 +105,14 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   auto cluster = std::shared_ptr<Cluster>(new Cluster());
   auto& d = *cluster->impl_;
   d.options = options;
+  SY_ASSIGN_OR_RETURN(d.device, DeviceFeed::open(options));  // before a long manifest scan
 
   io::ScanOptions scan;
   scan.on_corrupt = options.on_corrupt;
+  scan.strict_members = options.strict_members;
   scan.threads = options.scan_threads;
-  if (options.use_manifest_cache)
-    scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
+  scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
+  scan.cache_mode = options.use_manifest_cache ? io::CacheMode::kUse : io::CacheMode::kBypass;
   auto& fs = options.file_system ? *options.file_system : io::default_file_system();
   Manifest manifest;
   if (options.windows.enabled()) {
@@ -123,6 +129,10 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   job->exact_order = options.order == Order::kExact;
   job->route_key_field = options.route_key_field;
   d.job = job;
+  if (d.device)
+    d.device->size_pools(
+        (job->manifest->payload_bytes() / job->index.num_items() + 1024) * options.batch_size,
+        ranks.size(), options);
 
   register_protocol(d.cfg);
   // Workers are detached (own threads); the event-based roles handle a few messages per
@@ -244,8 +254,11 @@ Status Cluster::shutdown() {
 // One epoch in progress: the merger, and the threads that collate batches ahead. Taking a
 // step's items from the workers is sequential (under take_mu); copying them into the batch
 // columns runs on up to two collator threads at once; batches are handed out in step order.
+// With a device, the collators build columns in pinned memory and a DevicePrefetcher takes
+// the batches in order, queues their copies, and hands them to next().
 struct Loader::Epoch {
   uint32_t epoch = 0;
+  uint32_t rank = 0;
   uint64_t steps = 0;
   std::unique_ptr<RankMerger> merger;
   std::vector<std::thread> collators;
@@ -262,7 +275,11 @@ struct Loader::Epoch {
   bool taken_all = false;           // guarded by mu
   bool stop = false;                // guarded by mu
   size_t depth = 2;
-  uint64_t next_step = 0;  // the number of the next batch next() returns
+  uint64_t next_step = 0;         // the number of the next batch next() returns
+  uint64_t taken_step = 0;        // the number of the next batch take() returns
+  BufferPool* columns = nullptr;  // pinned pool of the device; null: the job's pool
+  std::unique_ptr<gpu::DevicePrefetcher> prefetcher;
+  std::map<uint64_t, StepProgress> prefetched;  // progress of batches taken by the prefetcher
   uint64_t delivered_items = 0;
   RankCursor cursor;  // what the trainer consumed: the checkpoint state of this rank
   bool finished = false;
@@ -290,7 +307,7 @@ struct Loader::Epoch {
       if (!got.is_ok()) {
         out = got.status();
       } else if (*got) {
-        out = std::optional<Batch>(merger->build(items, step));
+        out = std::optional<Batch>(build(items, step));
         items.clear();
       }
       bool last = !got.is_ok() || !*got;
@@ -304,6 +321,47 @@ struct Loader::Epoch {
       arrived.notify_one();
       if (last) room.notify_all();
     }
+  }
+
+  Batch build(std::vector<Item>& items, uint64_t step) const {
+    return columns ? build_batch(items, epoch, step, rank, *columns) : merger->build(items, step);
+  }
+
+  // The next batch in step order (from the collators, or collated here when depth is 0),
+  // and what it consumed. Called by the trainer, or by the prefetcher's copy thread.
+  Result<std::optional<Batch>> take(StepProgress* progress) {
+    if (depth == 0) {
+      std::vector<Item> items;
+      uint64_t step = 0;
+      SY_ASSIGN_OR_RETURN(bool got, merger->take_step(&items, &step, progress));
+      if (!got) return std::optional<Batch>();
+      ++taken_step;
+      return std::optional<Batch>(build(items, step));
+    }
+    Result<std::optional<Batch>> b = std::optional<Batch>();
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      arrived.wait(lock, [&] { return stop || ready.count(taken_step) > 0; });
+      if (stop) return cancelled("the epoch was stopped");
+      auto it = ready.find(taken_step);
+      b = std::move(it->second.batch);
+      *progress = std::move(it->second.progress);
+      ready.erase(it);
+      if (b.is_ok() && b->has_value()) ++taken_step;
+    }
+    room.notify_one();
+    return b;
+  }
+
+  // The prefetcher's source: take() on its copy thread, keeping the progress for next().
+  Result<std::optional<Batch>> take_for_device() {
+    StepProgress progress;
+    auto b = take(&progress);
+    if (b.is_ok() && b->has_value()) {
+      std::lock_guard<std::mutex> lock(mu);
+      prefetched[(*b)->step()] = std::move(progress);
+    }
+    return b;
   }
 };
 
@@ -350,6 +408,7 @@ void Loader::stop_epoch() {
   }
   epoch_->room.notify_all();
   epoch_->arrived.notify_all();
+  epoch_->prefetcher.reset();  // its take() returned once `stop` was set
   for (auto& t : epoch_->collators) t.join();
   epoch_.reset();
 }
@@ -422,6 +481,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   epoch_ = std::make_unique<Epoch>();
   auto& e = *epoch_;
   e.epoch = epoch;
+  e.rank = rank_;
   e.cursor_actor = cursor_keeper;
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
@@ -446,11 +506,21 @@ Status Loader::start_epoch(uint32_t epoch) {
   }
   e.cursor = RankCursor(*ticket, w_count, std::move(states), std::move(dispatcher_state),
                         std::move(loader_state));
-  e.next_step = ticket->first_step;
+  e.next_step = e.taken_step = ticket->first_step;
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
                                           route, std::move(post).value());
+  if (d.device) e.columns = d.device->columns.get();  // before any collator runs
   const size_t threads = std::min<size_t>(e.depth, 2);
   for (size_t t = 0; t < threads; ++t) e.collators.emplace_back([&e] { e.collate(); });
+  if (d.device) {
+    auto prefetcher = gpu::DevicePrefetcher::start(
+        d.device->blocks, [&e] { return e.take_for_device(); }, d.device->prefetch);
+    if (!prefetcher.is_ok()) {
+      stop_epoch();
+      return prefetcher.status();
+    }
+    e.prefetcher = std::move(prefetcher).value();
+  }
   return Status::ok();
 }
 
@@ -461,18 +531,21 @@ Result<std::optional<Batch>> Loader::next() {
   if (e.finished) return std::optional<Batch>();
   Result<std::optional<Batch>> b = std::optional<Batch>();
   StepProgress progress;
-  if (e.depth == 0) {
-    b = e.merger->next(&progress);
-  } else {
-    {
-      std::unique_lock<std::mutex> lock(e.mu);
-      e.arrived.wait(lock, [&] { return e.ready.count(e.next_step) > 0; });
-      auto it = e.ready.find(e.next_step);
-      b = std::move(it->second.batch);
-      progress = std::move(it->second.progress);
-      e.ready.erase(it);
+  if (e.prefetcher) {
+    b = e.prefetcher->next();
+    if (b.is_ok() && b->has_value()) {
+      std::lock_guard<std::mutex> lock(e.mu);
+      auto it = e.prefetched.find((*b)->step());
+      if (it != e.prefetched.end()) {
+        progress = std::move(it->second);
+        e.prefetched.erase(it);
+      } else {
+        b = internal_error("the device prefetcher returned step " + std::to_string((*b)->step()) +
+                           ", which the loader never gave it");
+      }
     }
-    e.room.notify_one();
+  } else {
+    b = e.take(&progress);
   }
   if (!b.is_ok()) {
     e.error = b.status();

@@ -19,6 +19,10 @@
 // loader actor, all CAF actors. Cluster runs several ranks of one job in one process (what
 // `shardyard run --ranks R` does); each rank's Loader is then used from its own thread.
 //
+// With LoaderOptions::device set, every batch next() returns also has its columns in device
+// memory, copied ahead of the trainer on a stream of their own, and a ready event
+// (gpu::on_device(batch), docs/gpu.md).
+//
 // Thread-compatible: one thread uses a Loader. Errors are values; nothing throws.
 #pragma once
 
@@ -28,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/device.h"
 #include "io/format/manifest_scan.h"
 #include "runtime/batch.h"
 #include "runtime/pipeline.h"
@@ -55,6 +60,10 @@ struct LoaderOptions {
   PlanSpec plan;  // L, seed, shuffle, drop_last, strategies
   Order order = Order::kExact;
   io::OnCorrupt on_corrupt = io::OnCorrupt::kFail;
+  // Members WebDataset's rule skips (docs/tar.md: no key.ext name, links, ...) are skipped
+  // and counted (Manifest::members_skipped); true makes each one but a directory entry
+  // damage, handled by on_corrupt.
+  bool strict_members = false;
   // The pipeline: replicable stages (Spec::map) run by every worker, non-replicable ones
   // (Spec::once) once per rank in its dispatcher, stages after Spec::merge() in the loader
   // (runtime/pipeline_cut.h decides; a pipeline that cannot be cut fails open()).
@@ -80,11 +89,23 @@ struct LoaderOptions {
   // database, an object store client) serves every source; its reads run on the worker
   // threads, where current_worker() says who is reading. Must outlive the loader.
   io::FileSystem* file_system = nullptr;
+  // false: scan the sources every time and write no cache; a cached manifest of these
+  // sources that differs from the scan is removed (io::CacheMode::kBypass).
   bool use_manifest_cache = true;
   std::string cache_dir;  // empty: io::default_cache_dir()
   unsigned scan_threads = 2;
   // How long save() and restore() wait for the other ranks and the coordinator.
   uint32_t checkpoint_timeout_ms = 120000;
+  // Where batches are delivered (docs/gpu.md). Empty: host memory. "cuda:N" ("cuda" is
+  // cuda:0): columns are collated into pinned memory and copied to GPU N on a stream of
+  // their own, device_prefetch batches ahead of the trainer; every batch has its columns in
+  // device memory and a ready event (gpu::on_device). "host": a stand-in device in host
+  // memory that runs the same path without a GPU. open() fails when the device is unusable.
+  std::string device;
+  uint32_t device_prefetch = 2;  // batches whose copies run ahead of the trainer, 1..64
+  // A device of the caller's instead of `device` (a backend of its own, or one that injects
+  // faults in tests); the loader and its batches share it.
+  std::shared_ptr<gpu::Device> custom_device;
 
   // Sets rank and world_size from torchrun (RANK, WORLD_SIZE), Open MPI
   // (OMPI_COMM_WORLD_RANK/SIZE), MPICH/Intel MPI (PMI_RANK, PMI_SIZE) or SLURM (SLURM_PROCID,

@@ -7,7 +7,8 @@
 // `present` says which items have it.
 //
 // A Batch owns its buffers (returned to the pool when it is destroyed). Immutable after
-// build_batch(); safe to read from several threads.
+// build_batch() and after the loader attached a device copy of its columns (gpu/, through
+// set_device() before the batch is handed out); safe to read from several threads.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,13 @@ struct Column {
   int64_t fixed_size() const;
 };
 
+// Something a lower layer cannot name that travels with a batch: gpu::DeviceBatch, the
+// batch's columns in device memory (gpu::on_device() reads it).
+class BatchAttachment {
+ public:
+  virtual ~BatchAttachment() = default;
+};
+
 class Batch {
  public:
   uint32_t epoch() const { return epoch_; }
@@ -48,6 +56,10 @@ class Batch {
   const std::vector<Column>& columns() const { return columns_; }
   const Column* field(std::string_view name) const;
   uint64_t payload_bytes() const;
+  // The device copy of the columns; null when batches stay in host memory. Copies of the
+  // batch share it; it lives as long as the last of them.
+  const std::shared_ptr<const BatchAttachment>& device() const { return device_; }
+  void set_device(std::shared_ptr<const BatchAttachment> d) { device_ = std::move(d); }
 
  private:
   friend Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
@@ -58,6 +70,7 @@ class Batch {
   std::vector<std::string> keys_;
   std::vector<uint64_t> ids_;
   std::vector<Column> columns_;  // sorted by name
+  std::shared_ptr<const BatchAttachment> device_;
 };
 
 // Collates items (in order) into a batch: one copy of each payload into its column. The

@@ -7,11 +7,15 @@ namespace shardyard {
 
 namespace {
 constexpr size_t kPage = 4096;
-uint8_t* allocate_aligned(size_t bytes) {
-  void* p = nullptr;
-  if (posix_memalign(&p, kPage, bytes == 0 ? kPage : bytes) != 0) throw std::bad_alloc();
-  return static_cast<uint8_t*>(p);
-}
+class HeapAllocator : public BufferAllocator {
+ public:
+  uint8_t* allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (posix_memalign(&p, kPage, bytes == 0 ? kPage : bytes) != 0) return nullptr;
+    return static_cast<uint8_t*>(p);
+  }
+  void deallocate(uint8_t* data, size_t) override { std::free(data); }
+};
 }  // namespace
 
 Buffer::~Buffer() {
@@ -23,11 +27,17 @@ Buffer::~Buffer() {
 }
 
 std::shared_ptr<BufferPool> BufferPool::create(size_t max_cached_bytes) {
-  return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes));
+  return create(max_cached_bytes, nullptr);
+}
+
+std::shared_ptr<BufferPool> BufferPool::create(size_t max_cached_bytes,
+                                               std::shared_ptr<BufferAllocator> allocator) {
+  if (!allocator) allocator = std::make_shared<HeapAllocator>();
+  return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes, std::move(allocator)));
 }
 
 BufferPool::~BufferPool() {
-  for (auto& [cap, p] : idle_) std::free(p);
+  for (auto& [cap, p] : idle_) allocator_->deallocate(p, cap);
 }
 
 size_t BufferPool::size_class(size_t bytes) {
@@ -57,7 +67,8 @@ std::shared_ptr<Buffer> BufferPool::acquire(size_t bytes) {
       }
     }
   }
-  if (data == nullptr) data = allocate_aligned(cls);
+  if (data == nullptr) data = allocator_->allocate(cls);
+  if (data == nullptr) throw std::bad_alloc();
   auto buf = std::shared_ptr<Buffer>(new Buffer(data, cls, shared_from_this()));
   buf->set_size(bytes);
   return buf;
@@ -72,7 +83,7 @@ void BufferPool::release(uint8_t* data, size_t capacity) {
       return;
     }
   }
-  std::free(data);
+  allocator_->deallocate(data, capacity);
 }
 
 size_t BufferPool::cached_bytes() const {

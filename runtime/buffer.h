@@ -5,6 +5,10 @@
 // CPU (see docs/performance.md). Every bulk buffer (chunks read from a source, batch
 // columns) therefore comes from a BufferPool: page-aligned, reused, bounded.
 //
+// A pool takes its memory from a BufferAllocator: page-aligned heap memory by default;
+// gpu/ gives batch columns page-locked (pinned) memory, which a device copies from without
+// staging.
+//
 // Thread-safe: acquire() and the release done by a buffer's last owner may run on any
 // thread. The pool must outlive its buffers (hold it by shared_ptr; buffers keep it alive).
 #pragma once
@@ -18,6 +22,16 @@
 namespace shardyard {
 
 class BufferPool;
+
+// Where a pool's memory comes from. Thread-safe: called from any thread.
+class BufferAllocator {
+ public:
+  virtual ~BufferAllocator() = default;
+  // A page-aligned block of `bytes` bytes, or null when there is no memory.
+  virtual uint8_t* allocate(size_t bytes) = 0;
+  // Gives back a block of allocate(bytes).
+  virtual void deallocate(uint8_t* data, size_t bytes) = 0;
+};
 
 // A page-aligned block of `capacity()` bytes; `size()` is how much is in use.
 class Buffer {
@@ -33,6 +47,16 @@ class Buffer {
 
  private:
   friend class BufferPool;
+
+  // Where a pool's memory comes from. Thread-safe: called from any thread.
+  class BufferAllocator {
+   public:
+    virtual ~BufferAllocator() = default;
+    // A page-aligned block of `bytes` bytes, or null when there is no memory.
+    virtual uint8_t* allocate(size_t bytes) = 0;
+    // Gives back a block of allocate(bytes).
+    virtual void deallocate(uint8_t* data, size_t bytes) = 0;
+  };
   Buffer(uint8_t* data, size_t capacity, std::shared_ptr<BufferPool> pool)
       : data_(data), capacity_(capacity), pool_(std::move(pool)) {}
   uint8_t* data_;
@@ -45,18 +69,24 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   // Keeps at most `max_cached_bytes` of idle buffers for reuse.
   static std::shared_ptr<BufferPool> create(size_t max_cached_bytes = 32u << 20);
+  // The same with memory from `allocator` (null: page-aligned heap memory).
+  static std::shared_ptr<BufferPool> create(size_t max_cached_bytes,
+                                            std::shared_ptr<BufferAllocator> allocator);
   ~BufferPool();
   // A buffer of at least `bytes` (rounded up to a size class), size() == bytes.
   std::shared_ptr<Buffer> acquire(size_t bytes);
   size_t cached_bytes() const;
-
- private:
-  explicit BufferPool(size_t max_cached) : max_cached_(max_cached) {}
-  friend class Buffer;
-  void release(uint8_t* data, size_t capacity);
+  // The capacity acquire(bytes) hands out: 4 KiB, powers of two to 1 MiB, then whole MiB.
   static size_t size_class(size_t bytes);
 
+ private:
+  BufferPool(size_t max_cached, std::shared_ptr<BufferAllocator> allocator)
+      : max_cached_(max_cached), allocator_(std::move(allocator)) {}
+  friend class Buffer;
+  void release(uint8_t* data, size_t capacity);
+
   const size_t max_cached_;
+  const std::shared_ptr<BufferAllocator> allocator_;  // never null
   mutable std::mutex mu_;
   std::vector<std::pair<size_t, uint8_t*>> idle_;  // guarded by mu_
   size_t idle_bytes_ = 0;                          // guarded by mu_

@@ -64,6 +64,12 @@ size_t Manifest::num_damaged() const {
   return n;
 }
 
+uint64_t Manifest::members_skipped() const {
+  uint64_t n = 0;
+  for (const auto& s : sources) n += s.members_skipped;
+  return n;
+}
+
 bool Manifest::seekable() const {
   for (const auto& s : sources)
     if (s.kind == SourceKind::kTarGz) return false;
@@ -111,12 +117,13 @@ uint64_t compute_fingerprint(const Manifest& m) {
 // ---- encoding ----------------------------------------------------------------------------
 // Layout (all integers little-endian):
 //   magic "SYMANIF\0" (8) | u32 version | u32 flags (0) | u64 body_size | body | u64 checksum
-// checksum = Hasher over body. body:
-//   u64 fingerprint | u64 num_sources | per source:
-//     str uri | u8 kind | u64 size_bytes | i64 mtime_ns | u8 damaged | u64 damaged_at |
-//     str damage | u64 num_files | str file... | u64 num_samples |
+// checksum = Hasher over body. body (version 2):
+//   u64 fingerprint | u8 strict_members | u64 num_sources | per source:
+//     str uri | u8 kind | u64 size_bytes | i64 mtime_ns | i64 ctime_ns | u64 inode |
+//     u64 files_digest | u8 damaged | u64 damaged_at | str damage | u64 members_skipped |
+//     u64 num_files | str file... | u64 num_samples |
 //     per sample: str key | u64 begin | u64 end | u64 payload_bytes
-//   str = u32 length + bytes.
+//   str = u32 length + bytes; a u8 flag is 0 or 1.
 
 namespace {
 constexpr char kMagic[8] = {'S', 'Y', 'M', 'A', 'N', 'I', 'F', '\0'};
@@ -193,7 +200,7 @@ struct Reader {
 
 // The smallest encodings of a source, a file name and a sample: a count larger than the
 // body divided by these is damage, refused before anything is allocated for it.
-constexpr uint64_t kMinSourceBytes = 4 + 1 + 8 + 8 + 1 + 8 + 4 + 8 + 8;
+constexpr uint64_t kMinSourceBytes = 4 + 1 + 8 + 8 + 8 + 8 + 8 + 1 + 8 + 4 + 8 + 8 + 8;
 constexpr uint64_t kMinFileBytes = 4;
 constexpr uint64_t kMinSampleBytes = 4 + 8 + 8 + 8;
 
@@ -202,15 +209,20 @@ constexpr uint64_t kMinSampleBytes = 4 + 8 + 8 + 8;
 std::string encode_manifest(const Manifest& m) {
   ByteWriter body;
   body.u64(m.fingerprint);
+  body.u8(m.strict_members ? 1 : 0);
   body.u64(m.sources.size());
   for (const auto& s : m.sources) {
     body.str(s.uri);
     body.u8(static_cast<uint8_t>(s.kind));
     body.u64(s.size_bytes);
     body.u64(static_cast<uint64_t>(s.mtime_ns));
+    body.u64(static_cast<uint64_t>(s.ctime_ns));
+    body.u64(s.inode);
+    body.u64(s.files_digest);
     body.u8(s.damaged ? 1 : 0);
     body.u64(s.damaged_at);
     body.str(s.damage);
+    body.u64(s.members_skipped);
     body.u64(s.files.size());
     for (const auto& f : s.files) body.str(f);
     body.u64(s.samples.size());
@@ -255,7 +267,11 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
   if (version > kManifestFormatVersion)
     return corrupt(name + ": manifest format version " + std::to_string(version) +
                    " is newer than this build supports (" + std::to_string(kManifestFormatVersion) +
-                   "); rebuild the manifest");
+                   "); rebuild the manifest (shardyard manifest build)");
+  if (version < kManifestFormatVersion)
+    return corrupt(name + ": manifest format version " + std::to_string(version) +
+                   " is older than this build reads (" + std::to_string(kManifestFormatVersion) +
+                   "); rebuild the manifest (shardyard manifest build)");
   if (body_size > total_bytes || total_bytes - 24 < body_size + 8)
     return corrupt(name + ": manifest is truncated (" + std::to_string(total_bytes) + " bytes)");
 
@@ -284,7 +300,14 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
   };
 
   Manifest m;
+  bool bad_flag = false;  // a u8 flag other than 0 or 1
+  auto flag = [&] {
+    const uint64_t v = r.uint(1);
+    bad_flag = bad_flag || v > 1;
+    return v == 1;
+  };
   m.fingerprint = r.uint(8);
+  m.strict_members = flag();
   auto n = r.uint(8);
   if (n > body_size / kMinSourceBytes)
     return settle(corrupt(name + ": manifest source count is implausible"));
@@ -298,9 +321,13 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
     s.kind = static_cast<SourceKind>(kind);
     s.size_bytes = r.uint(8);
     s.mtime_ns = static_cast<int64_t>(r.uint(8));
-    s.damaged = r.uint(1) != 0;
+    s.ctime_ns = static_cast<int64_t>(r.uint(8));
+    s.inode = r.uint(8);
+    s.files_digest = r.uint(8);
+    s.damaged = flag();
     s.damaged_at = r.uint(8);
     s.damage = r.str();
+    s.members_skipped = r.uint(8);
     auto nf = r.uint(8);
     if (nf > body_size / kMinFileBytes)
       return settle(corrupt(name + ": manifest file count is implausible"));
@@ -319,7 +346,8 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
     if (r.failed) break;
   }
   if (!r.io.is_ok()) return Status(r.io.code(), name + ": " + r.io.message());
-  if (r.failed || !r.done()) return settle(corrupt(name + ": manifest body is malformed"));
+  if (r.failed || !r.done() || bad_flag)
+    return settle(corrupt(name + ": manifest body is malformed"));
   auto ok = checksum_ok();
   if (!ok.is_ok()) return ok.status();
   if (!*ok) return corrupt(name + ": manifest checksum mismatch");

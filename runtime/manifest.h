@@ -45,8 +45,17 @@ struct SampleEntry {
 struct SourceEntry {
   std::string uri;  // as given by the user after pattern expansion
   SourceKind kind = SourceKind::kTar;
-  uint64_t size_bytes = 0;  // size of the file as scanned (sum of files for a directory)
-  int64_t mtime_ns = 0;     // modification time as scanned; a cache is stale when it differs
+  // What the scan saw, for the cache's freshness check (io/format/manifest_scan.h): a cached
+  // manifest is stale when any of them differs now. size_bytes: the file's size (a
+  // directory: sum of its files); mtime_ns: its modification time (a remote object: a
+  // stamp of Last-Modified and ETag); ctime_ns and inode: a local file's status change time
+  // and inode number, which a copy with the old size and mtime (`cp -p`) does not keep;
+  // files_digest: a directory's digest of every file's name, size, times and inode.
+  uint64_t size_bytes = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint64_t inode = 0;
+  uint64_t files_digest = 0;
   std::vector<SampleEntry> samples;
   std::vector<std::string> files;  // kDirectory only: member files relative to uri, sorted
   // kRecords only: size_bytes / record_bytes, and how many windows the source yields
@@ -58,12 +67,18 @@ struct SourceEntry {
   bool damaged = false;
   uint64_t damaged_at = 0;
   std::string damage;  // what was wrong, for the warning
+  // Members in no sample, skipped as WebDataset skips them (docs/tar.md): directories,
+  // links and other non-file types, names without a key.ext form, metadata names.
+  uint64_t members_skipped = 0;
 };
 
 struct Manifest {
   std::vector<SourceEntry> sources;
   uint64_t fingerprint = 0;  // see compute_fingerprint()
   WindowSpec windows;        // enabled() iff the sources are kRecords
+  // Scanned with ScanOptions::strict_members: skipped members other than directories were
+  // errors (or damage), so a cache built otherwise does not stand for such a scan.
+  bool strict_members = false;
 
   // Items of source i: its samples, or its windows for a kRecords source.
   uint64_t source_items(size_t i) const;
@@ -74,6 +89,7 @@ struct Manifest {
   uint64_t num_samples() const;  // items of all sources (samples or windows)
   uint64_t payload_bytes() const;
   size_t num_damaged() const;
+  uint64_t members_skipped() const;  // over all sources
   // True when every source can be read at any sample without reading those before it.
   bool seekable() const;
   std::string fingerprint_hex() const;
@@ -98,6 +114,8 @@ using ManifestSource = std::function<Result<size_t>(char* dst, size_t n)>;
 Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
                                  const std::string& name);
 
-inline constexpr uint32_t kManifestFormatVersion = 1;
+// Version 2 added members_skipped, strict_members, ctime_ns, inode and files_digest.
+// Version 1 files are refused (as stale: a cache rebuilds them), never read with defaults.
+inline constexpr uint32_t kManifestFormatVersion = 2;
 
 }  // namespace shardyard

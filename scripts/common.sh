@@ -9,8 +9,9 @@ SY_PACKAGES=(
   cmake g++ make pkg-config ccache git
   libcaf-dev libssl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  python3 tar gzip nginx
+  python3 tar gzip nginx libarchive-tools
   clang libclang-rt-14-dev
+  libdlpack-dev
 )
 
 sy_install_packages() {

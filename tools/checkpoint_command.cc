@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "io/persist/checkpoint_store.h"
+#include "json_text.h"
 
 namespace shardyard::tools {
 
@@ -44,8 +45,8 @@ nlohmann::json to_json(const Checkpoint& c) {
                   {"seed", m.job.seed},
                   {"shuffle", m.job.shuffle},
                   {"drop_last", m.job.drop_last},
-                  {"distributed_strategy", m.job.distributed_strategy},
-                  {"worker_strategy", m.job.worker_strategy}};
+                  {"distributed_strategy", json_text(m.job.distributed_strategy)},
+                  {"worker_strategy", json_text(m.job.worker_strategy)}};
   j["topology"] = {{"ranks", m.topology.ranks},
                    {"workers", m.topology.workers},
                    {"batch_size", m.topology.batch_size},
@@ -57,7 +58,7 @@ nlohmann::json to_json(const Checkpoint& c) {
     for (const auto& s : r.worker_states) state_bytes += s.size();
     const auto& ref = m.ranks[r.rank];
     ranks.push_back({{"rank", r.rank},
-                     {"file", ref.name},
+                     {"file", json_text(ref.name)},
                      {"bytes", ref.size},
                      {"logical_shards", r.shards.size()},
                      {"stage_state_bytes", state_bytes}});
@@ -145,7 +146,7 @@ Command add_checkpoint_commands(CLI::App& app) {
     }
     auto j = to_json(*c);
     if (args->json) {
-      std::cout << j.dump(2) << std::endl;
+      std::cout << dump_json(j, 2) << std::endl;
     } else {
       print_text(j);
     }

@@ -17,7 +17,9 @@
 
 #include "actors/loader.h"
 #include "commands.h"
+#include "device_check.h"
 #include "digest.h"
+#include "json_text.h"
 
 namespace shardyard::tools {
 
@@ -28,7 +30,7 @@ struct RunArgs {
   uint32_t ranks = 1, workers = 2, batch_size = 64, epochs = 1;
   uint64_t seed = 0;
   uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2, prefetch_packets = 0;
-  bool shuffle = false, drop_last = false, json = false, no_cache = false;
+  bool shuffle = false, drop_last = false, json = false, no_cache = false, strict = false;
   std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
   std::string distributed_strategy = "strided", worker_strategy = "strided";
   std::vector<std::string> maps;
@@ -40,6 +42,9 @@ struct RunArgs {
   std::string windows;  // "LENGTH:STRIDE[:TARGET]"; empty: the sources are tar shards
   uint64_t record_bytes = 0;
   bool record_bytes_given = false, stitch = false;
+  std::string device;  // empty: batches stay in host memory
+  uint32_t device_prefetch = 2;
+  bool check_device = false;
 };
 
 // "type" or "type:key=value;key=value".
@@ -175,6 +180,10 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
         if (!out->status.is_ok()) return;
       }
       const Batch& b = **batch;
+      if (!args.device.empty()) {
+        out->status = consume_on_device(b, args.check_device);
+        if (!out->status.is_ok()) return;
+      }
       ++out->batches;
       out->samples += b.size();
       out->bytes += b.payload_bytes();
@@ -227,10 +236,17 @@ int run(const RunArgs& args) {
   opt.plan.worker_strategy = args.worker_strategy;
   opt.order = args.order == "as_completed" ? Order::kAsCompleted : Order::kExact;
   opt.on_corrupt = args.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
+  opt.strict_members = args.strict;
   opt.prefetch_batches = args.prefetch_batches;
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
   opt.use_manifest_cache = !args.no_cache;
   opt.cache_dir = args.cache_dir;
+  opt.device = args.device;
+  opt.device_prefetch = args.device_prefetch;
+  if (args.check_device && args.device.empty()) {
+    print_error("--check-device needs --device");
+    return 2;
+  }
   // --map [once/|post/]TYPE[:k=v;...]: once/ marks a non-replicable stage, post/ puts the
   // stage (and every later one) after the merge point, in the loader.
   for (const auto& m : args.maps) {
@@ -317,7 +333,8 @@ int run(const RunArgs& args) {
     return 1;
   }
   const auto& report = (*cluster)->scan_report();
-  for (const auto& w : report.warnings) print_warning("skipped: " + w);
+  for (const auto& w : report.skipped) print_warning("skipped: " + w);
+  for (const auto& w : report.warnings) print_warning(w);
   auto t_loaded = clock::now();
 
   std::atomic<uint64_t> progress{0};
@@ -383,6 +400,7 @@ int run(const RunArgs& args) {
   j["samples_per_s"] = seconds > 0 ? total.samples / seconds : 0.0;
   j["mb_per_s"] = seconds > 0 ? total.bytes / seconds / 1e6 : 0.0;
   j["corrupt_skipped"] = (*cluster)->manifest().num_damaged();
+  j["members_skipped"] = (*cluster)->manifest().members_skipped();
   j["ranks"] = args.ranks;
   j["workers"] = args.workers;
   j["batch_size"] = args.batch_size;
@@ -396,11 +414,12 @@ int run(const RunArgs& args) {
   j["total_seconds"] = std::chrono::duration<double>(t_end - t0).count();
   j["cpu_seconds"] = cpu_seconds() - cpu0;
   j["peak_rss_kb"] = peak_rss_kb();
+  if (!args.device.empty()) j["device"] = args.device;
   if (!args.checkpoint_dir.empty()) {
     std::vector<double> all;
     for (const auto& r : results) all.insert(all.end(), r.save_ms.begin(), r.save_ms.end());
     std::sort(all.begin(), all.end());
-    j["checkpoint"] = {{"dir", args.checkpoint_dir},
+    j["checkpoint"] = {{"dir", json_text(args.checkpoint_dir)},
                        {"saves", results.empty() ? 0 : results[0].checkpoints},
                        {"median_save_ms", all.empty() ? 0.0 : all[all.size() / 2]},
                        {"max_save_ms", all.empty() ? 0.0 : all.back()}};
@@ -416,7 +435,7 @@ int run(const RunArgs& args) {
     std::fprintf(stderr, "loaded %llu samples (%.1f MB) in %.3f s: %.0f samples/s, %.1f MB/s\n",
                  static_cast<unsigned long long>(total.samples), total.bytes / 1e6, seconds,
                  j["samples_per_s"].get<double>(), j["mb_per_s"].get<double>());
-  std::cout << j.dump() << std::endl;
+  std::cout << dump_json(j) << std::endl;
   return 0;
 }
 
@@ -451,6 +470,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--drop-last", args->drop_last, "every batch full; the tail is not delivered");
   cmd->add_option("--on-corrupt", args->on_corrupt, "fail | skip")
       ->check(CLI::IsMember({"fail", "skip"}));
+  cmd->add_flag("--strict", args->strict,
+                "a member WebDataset skips (no key.ext name, a link; not a directory) is an "
+                "error (or, with --on-corrupt skip, damage)");
   cmd->add_option("--dump-keys", args->dump_dir,
                   "write DIR/rank-<r>.tsv of every delivered sample (or window)");
   cmd->add_flag("--json", args->json, "print only the JSON summary");
@@ -482,6 +504,14 @@ Command add_run_command(CLI::App& app) {
                   "also save every N steps into --checkpoint-dir");
   cmd->add_option("--resume", args->resume_dir,
                   "resume from the checkpoint in DIR (ranks and workers may differ)");
+  cmd->add_option("--device", args->device,
+                  "deliver batches to a device: cuda:N (a CUDA GPU), or host (a stand-in in "
+                  "host memory, for tests)");
+  cmd->add_option("--device-prefetch", args->device_prefetch,
+                  "batches copied to the device ahead of the trainer")
+      ->check(CLI::Range(1u, 64u));
+  cmd->add_flag("--check-device", args->check_device,
+                "copy every batch back from the device and compare it with the host batch");
   return [args] { return run(*args); };
 }
 

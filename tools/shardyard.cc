@@ -1,7 +1,9 @@
 // shardyard: load a dataset end to end (run), build and show manifests (manifest), inspect
 // checkpoints (checkpoint inspect).
 #include <cstdio>
+#include <exception>
 #include <iostream>
+#include <string>
 
 #include "commands.h"
 
@@ -25,7 +27,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (app.got_subcommand("run")) return run();
-  if (app.got_subcommand("checkpoint")) return checkpoint();
-  return manifest();
+  // Errors are values below this point; an exception that still gets here (a library's,
+  // such as std::bad_alloc) ends the command with a message, never with abort().
+  try {
+    if (app.got_subcommand("run")) return run();
+    if (app.got_subcommand("checkpoint")) return checkpoint();
+    return manifest();
+  } catch (const std::exception& e) {
+    shardyard::tools::print_error(std::string("unexpected failure: ") + e.what());
+  } catch (...) {
+    shardyard::tools::print_error("unexpected failure (an unknown exception)");
+  }
+  return 1;
 }

@@ -120,40 +120,66 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   return parse(source, data, size, std::move(buf), begin, first, last, id, out);
 }
 
+namespace {
+
+// Said of a shard whose bytes do not match its manifest, with the commands that fix it.
+constexpr const char* kChangedSinceManifest =
+    " (the shard changed since its manifest was built: rebuild the manifest with `shardyard "
+    "manifest build` and the same --source, or run with --no-cache)";
+
+// Members usually arrive in name order; insert sorted otherwise.
+void add_field(Item* item, std::string name, const uint8_t* data, uint64_t size) {
+  if (item->fields.empty() || item->fields.back().name < name) {
+    item->fields.push_back(Field{std::move(name), data, static_cast<size_t>(size)});
+  } else {
+    item->set_field_view(std::move(name), data, static_cast<size_t>(size));
+  }
+}
+
+}  // namespace
+
 Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
                            std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
                            uint64_t last, uint64_t id, std::vector<Item>* out) {
   const auto& src = manifest_->sources[source];
   uint64_t sample = first;
   Item* cur = nullptr;
+  uint64_t cur_end = 0;  // where the current sample's byte range ends
   auto mismatch = [&](uint64_t offset, const std::string& what) {
     return corrupt(src.uri + " at byte " + std::to_string(offset) + ": " + what +
-                   " (the shard changed since its manifest was built; rebuild it)");
+                   kChangedSinceManifest);
   };
   SY_RETURN_IF_ERROR(parse_tar_buffer(
       data, size, base, src.uri, [&](const TarEntry& e, const uint8_t* payload) -> Status {
-        if (!e.regular) return Status::ok();
-        SY_ASSIGN_OR_RETURN(auto kf, split_key(e.path));
-        if (cur == nullptr || kf.key != cur->key) {
-          if (sample >= last) return mismatch(e.start_offset, "more samples than expected");
-          const auto& want = src.samples[sample];
-          if (e.start_offset != want.begin || kf.key != want.key)
-            return mismatch(e.start_offset, "expected sample '" + want.key + "'");
-          out->emplace_back();
-          cur = &out->back();
-          cur->id = id + (sample - first);
-          cur->key = std::string(kf.key);
-          cur->owner = owner;
-          cur->fields.reserve(4);
-          ++sample;
+        if (cur != nullptr && e.start_offset < cur_end) {
+          // Inside the current sample: members WebDataset's rule skips may lie between
+          // its members (a directory entry, a README); every other one has its key.
+          if (!e.regular) return Status::ok();
+          auto kf = split_key(e.path);
+          if (!kf) return Status::ok();
+          if (kf->key != cur->key || e.sparse)
+            return mismatch(e.start_offset,
+                            "member '" + e.path + "' inside sample '" + cur->key + "'");
+          add_field(cur, std::move(kf->field), payload, e.size);
+          return Status::ok();
         }
-        Field f{std::string(kf.field), payload, static_cast<size_t>(e.size)};
-        // Members usually arrive in name order; insert sorted otherwise.
-        if (cur->fields.empty() || cur->fields.back().name < f.name) {
-          cur->fields.push_back(std::move(f));
-        } else {
-          cur->set_field_view(std::move(f.name), f.data, f.size);
-        }
+        // Between samples lie the members in no sample of the manifest: skipped ones, and
+        // a sample dropped as damaged under --on-corrupt skip.
+        if (sample >= last) return mismatch(e.start_offset, "more samples than expected");
+        const auto& want = src.samples[sample];
+        if (e.start_offset < want.begin) return Status::ok();
+        auto kf = e.regular && !e.sparse ? split_key(e.path) : std::nullopt;
+        if (e.start_offset != want.begin || !kf || kf->key != want.key)
+          return mismatch(e.start_offset, "expected sample '" + want.key + "'");
+        out->emplace_back();
+        cur = &out->back();
+        cur_end = want.end;
+        cur->id = id + (sample - first);
+        cur->key = std::string(kf->key);
+        cur->owner = owner;
+        cur->fields.reserve(4);
+        ++sample;
+        add_field(cur, std::move(kf->field), payload, e.size);
         return Status::ok();
       }));
   if (sample != last)
@@ -239,12 +265,16 @@ Status SampleReader::read_dir(uint32_t source, uint64_t first, uint64_t last, ui
     item.key = e.key;
     for (uint64_t k = e.begin; k < e.end; ++k) {
       const std::string& rel = src.files.at(k);
+      auto kf = split_key(rel);
+      if (!kf) continue;  // a file WebDataset's rule skips, between the sample's files
+      if (kf->key != e.key)
+        return corrupt(src.uri + ": file '" + rel + "' is not part of sample '" + e.key + "'" +
+                       kChangedSinceManifest);
       SY_ASSIGN_OR_RETURN(auto f, fs_.open(src.uri + "/" + rel));
       auto buf = pool_->acquire(f->size());
       SY_RETURN_IF_ERROR(read_exact(*f, 0, buf->data(), f->size()));
       bytes_read_ += f->size();
-      SY_ASSIGN_OR_RETURN(auto kf, split_key(rel));
-      item.set_field_view(std::string(kf.field), buf->data(), buf->size());
+      item.set_field_view(std::move(kf->field), buf->data(), buf->size());
       item.owners.push_back(std::move(buf));
     }
     out->push_back(std::move(item));

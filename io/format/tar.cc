@@ -17,7 +17,19 @@ bool all_zero(const uint8_t* block) {
   return true;
 }
 
-// A NUL- or space-terminated octal number, or GNU base-256 when the top bit is set.
+size_t field_length(const uint8_t* p, size_t n) {
+  const void* nul = std::memchr(p, 0, n);
+  return nul ? static_cast<size_t>(static_cast<const uint8_t*>(nul) - p) : n;
+}
+
+bool is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// A numeric header field, read as Python's tarfile reads it: GNU base-256 when the top bit
+// of the first byte is set (negative values are refused); otherwise octal digits that end
+// at the field's first NUL, with white space around them, and an empty field is 0. So a
+// field led by a NUL is 0, as for tarfile and libarchive. Anything else before the NUL
+// (a sign, a non-octal digit, a space between digits) is damage: tarfile and GNU tar
+// disagree on it.
 bool parse_number(const uint8_t* p, size_t n, uint64_t* out) {
   if (n > 0 && (p[0] & 0x80)) {
     if (p[0] & 0x40) return false;  // negative
@@ -29,19 +41,16 @@ bool parse_number(const uint8_t* p, size_t n, uint64_t* out) {
     *out = v;
     return true;
   }
-  size_t i = 0;
-  while (i < n && p[i] == ' ') ++i;
+  size_t end = field_length(p, n), i = 0;
+  while (i < end && is_space(p[i])) ++i;
+  while (end > i && is_space(p[end - 1])) --end;
   uint64_t v = 0;
-  bool any = false;
-  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i) {
-    if (v >> 61) return false;
+  for (; i < end; ++i) {
+    if (p[i] < '0' || p[i] > '7' || (v >> 61)) return false;
     v = v * 8 + (p[i] - '0');
-    any = true;
   }
-  for (; i < n; ++i)
-    if (p[i] != ' ' && p[i] != '\0') return false;
   *out = v;
-  return any || n == 0 || p[0] == '\0' || p[0] == ' ';
+  return true;
 }
 
 bool checksum_ok(const uint8_t* b) {
@@ -60,14 +69,16 @@ bool checksum_ok(const uint8_t* b) {
   return static_cast<int64_t>(stored) == ssum;
 }
 
-size_t field_length(const uint8_t* p, size_t n) {
-  const void* nul = std::memchr(p, 0, n);
-  return nul ? static_cast<size_t>(static_cast<const uint8_t*>(nul) - p) : n;
-}
-
 }  // namespace
 
 Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64_t offset) {
+  if (sparse_map_pending_) {
+    // A continuation block of an old GNU sparse map: 21 entries, then its own "another
+    // block follows" flag at byte 504. No checksum; the payload follows the last one.
+    sparse_map_pending_ = b[504] != 0;
+    entry_.data_offset = offset + kTarBlock;
+    return sparse_map_pending_ ? Kind::kSparseMap : Kind::kEntry;
+  }
   if (all_zero(b)) {
     if (has_pending_)
       return corrupt(at(source_, offset) + ": archive ends after an extension header");
@@ -85,7 +96,8 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
   char type = static_cast<char>(b[156]);
   if (!has_pending_) pending_start_ = offset;
 
-  if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
+  // 'X' is the extended header of Solaris tar, read as Python's tarfile reads it: as 'x'.
+  if (type == 'x' || type == 'X' || type == 'g' || type == 'L' || type == 'K') {
     if (size > (64u << 20))
       return corrupt(at(source_, offset) + ": extension header of " + std::to_string(size) +
                      " bytes is implausible");
@@ -98,11 +110,14 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
 
   // Reuse entry_.path's storage: one allocation per decoder, not one per member.
   entry_.type = type;
-  entry_.regular = (type == '0' || type == '\0' || type == '7');
+  entry_.regular = (type == '0' || type == '\0' || type == '7' || type == 'S');
+  entry_.sparse = type == 'S' || pax_sparse_;
   entry_.start_offset = pending_start_;
   entry_.data_offset = offset + kTarBlock;
   entry_.size = pax_has_size_ ? pax_size_ : size;
-  if (!pax_path_.empty()) {
+  if (!sparse_name_.empty()) {
+    entry_.path = sparse_name_;
+  } else if (!pax_path_.empty()) {
     entry_.path = pax_path_;
   } else if (!long_name_.empty()) {
     entry_.path = long_name_;
@@ -118,12 +133,25 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
     }
     entry_.path.append(name, field_length(b, 100));
   }
-  if (!entry_.regular) entry_.size = (type == '5' || type == '1' || type == '2') ? 0 : entry_.size;
+  // An old (v7) archive stores a directory as a NUL-type member named with a '/'.
+  if (type == '\0' && !entry_.path.empty() && entry_.path.back() == '/') {
+    entry_.type = '5';
+    entry_.regular = false;
+  }
+  // Links, devices, FIFOs and directories have no payload, whatever the size field says
+  // (tarfile reads the next header right after them); other types are skipped by size.
+  if (entry_.type >= '1' && entry_.type <= '6') entry_.size = 0;
   has_pending_ = false;
   long_name_.clear();
   pax_path_.clear();
+  sparse_name_.clear();
   pax_has_size_ = false;
-  if (entry_.path.empty()) return corrupt(at(source_, offset) + ": tar member has an empty name");
+  pax_sparse_ = false;
+  // An old GNU sparse header whose map goes on in the blocks that follow it.
+  if (type == 'S' && b[482] != 0) {
+    sparse_map_pending_ = true;
+    return Kind::kSparseMap;
+  }
   return Kind::kEntry;
 }
 
@@ -154,9 +182,12 @@ Status TarHeaderDecoder::extension_data(std::string_view data) {
     if (eq == std::string_view::npos)
       return corrupt(at(source_, ext_offset_) + ": PAX record without '='");
     std::string_view key = rec.substr(0, eq), value = rec.substr(eq + 1);
-    if (ext_type_ == 'x') {
+    if (ext_type_ == 'x' || ext_type_ == 'X') {
+      if (key.substr(0, 11) == "GNU.sparse.") pax_sparse_ = true;
       if (key == "path") {
         pax_path_ = std::string(value);
+      } else if (key == "GNU.sparse.name") {  // a sparse file's real name (path is not)
+        sparse_name_ = std::string(value);
       } else if (key == "size") {
         uint64_t v = 0;
         if (value.empty()) return corrupt(at(source_, ext_offset_) + ": empty PAX size");
@@ -177,7 +208,11 @@ Status TarHeaderDecoder::extension_data(std::string_view data) {
   return Status::ok();
 }
 
-Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_entry) {
+Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_entry,
+                bool* in_payload) {
+  bool payload_flag = false;
+  bool& in_pl = in_payload ? *in_payload : payload_flag;
+  in_pl = false;
   TarHeaderDecoder dec(source);
   uint8_t block[kTarBlock];
   std::string ext;
@@ -194,6 +229,7 @@ Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_
                      std::to_string(got) + " bytes");
     SY_ASSIGN_OR_RETURN(auto kind, dec.decode(block, offset));
     if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
+    if (kind == TarHeaderDecoder::Kind::kSparseMap) continue;
     uint64_t padded =
         ((kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size() : dec.entry().size) +
          kTarBlock - 1) /
@@ -209,6 +245,7 @@ Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_
     SY_RETURN_IF_ERROR(on_entry(dec.entry()));
     // Make sure the payload is really there: peek at its last byte before skipping.
     if (padded > 0) {
+      in_pl = true;
       SY_RETURN_IF_ERROR(in.skip(padded - 1));
       uint8_t last;
       SY_ASSIGN_OR_RETURN(size_t n, in.read(&last, 1));
@@ -216,6 +253,7 @@ Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_
         return corrupt(at(source, offset) + ": truncated: member '" + dec.entry().path +
                        "' needs " + std::to_string(dec.entry().size) +
                        " payload bytes that the file does not have");
+      in_pl = false;
     }
   }
 }
@@ -231,6 +269,7 @@ Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
     SY_ASSIGN_OR_RETURN(auto kind, dec.decode(data + pos, offset));
     if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
     pos += kTarBlock;
+    if (kind == TarHeaderDecoder::Kind::kSparseMap) continue;
     uint64_t size =
         kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size() : dec.entry().size;
     uint64_t padded = (size + kTarBlock - 1) / kTarBlock * kTarBlock;
@@ -250,16 +289,62 @@ Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
   return Status::ok();
 }
 
-Result<KeyField> split_key(std::string_view path) {
-  size_t slash = path.rfind('/');
-  size_t base = slash == std::string_view::npos ? 0 : slash + 1;
-  size_t dot = path.find('.', base);
-  if (dot == base)
-    return corrupt("member '" + std::string(path) + "' has no key (its name starts with a dot)");
-  if (dot == std::string_view::npos || dot + 1 == path.size())
-    return corrupt("member '" + std::string(path) +
-                   "' has no field name (no dot in its name, as in key.ext)");
-  return KeyField{path.substr(0, dot), path.substr(dot + 1)};
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+// tar_file_iterator's filters: a name without '/' that starts and ends with "__", or one
+// whose first component does (the regular expression __[^/]*__($|/) at the start).
+bool is_metadata(std::string_view path) {
+  if (!starts_with(path, "__")) return false;
+  const size_t slash = path.find('/');
+  if (slash == std::string_view::npos && ends_with(path, "__")) return true;
+  const std::string_view first = path.substr(0, slash);
+  return first.size() >= 4 && ends_with(first, "__");
+}
+
+// Where base_plus_ext's regular expression ^((?:.*/|)[^.]+)[.]([^/]*)$ splits `path` (the
+// index of the dot between key and extension), or npos when it does not match. The dot must
+// lie in the base name (the extension has no '/'), and the key must end in a run of at
+// least one character without a dot that starts the path or follows a '/': the first dot
+// of the base name when the base name does not start with it; otherwise that leading dot
+// when the last folder's name has no dot (the run is then "folder/").
+size_t key_dot(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', base);
+  if (dot == std::string_view::npos || dot > base) return dot;
+  if (slash == std::string_view::npos) return std::string_view::npos;
+  const size_t prev = slash == 0 ? std::string_view::npos : path.rfind('/', slash - 1);
+  const size_t folder = prev == std::string_view::npos ? 0 : prev + 1;
+  if (path.substr(folder, slash - folder).find('.') != std::string_view::npos)
+    return std::string_view::npos;
+  return dot;
+}
+
+}  // namespace
+
+std::optional<KeyField> split_key(std::string_view path) {
+  if (is_metadata(path)) return std::nullopt;
+  const size_t dot = key_dot(path);
+  if (dot == std::string_view::npos) return std::nullopt;
+  KeyField kf{path.substr(0, dot), std::string(path.substr(dot + 1))};
+  for (char& c : kf.field)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return kf;
+}
+
+std::string unmatched_reason(std::string_view path) {
+  if (path.empty()) return "has an empty name";
+  if (is_metadata(path)) return "is a metadata name (__name__)";
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  if (path.find('.', base) == std::string_view::npos)
+    return "has no extension (no dot in its name, as in key.ext)";
+  return "has no key (its name starts with a dot)";
 }
 
 }  // namespace shardyard::io

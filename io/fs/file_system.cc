@@ -21,6 +21,23 @@ int64_t mtime_ns_of(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+int64_t ctime_ns_of(const struct stat& st) {
+  return static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+}
+
+// A source is a regular file or a directory; anything else (a FIFO, a device, a socket)
+// would block or never end: refused with what it is.
+Status check_file_type(const std::string& uri, mode_t mode) {
+  if (S_ISREG(mode) || S_ISDIR(mode)) return Status::ok();
+  const char* what = S_ISFIFO(mode)   ? "a FIFO (named pipe)"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "not a regular file";
+  return invalid_argument(uri + ": is " + std::string(what) +
+                          ", not a regular file or a directory; give the path of a shard");
+}
+
 class LocalMapping : public MappedRange {
  public:
   LocalMapping(void* base, size_t length, size_t skip, size_t n)
@@ -94,16 +111,21 @@ class LocalFileSystem : public FileSystem {
       if (errno == ENOENT || errno == ENOTDIR) return not_found(uri + ": no such file");
       return io_error(uri + ": stat failed: " + errno_text(errno));
     }
+    SY_RETURN_IF_ERROR(check_file_type(uri, st.st_mode));
     FileInfo info;
     info.uri = uri;
     info.is_directory = S_ISDIR(st.st_mode);
     info.size = static_cast<uint64_t>(st.st_size);
     info.mtime_ns = mtime_ns_of(st);
+    info.ctime_ns = ctime_ns_of(st);
+    info.inode = static_cast<uint64_t>(st.st_ino);
     return info;
   }
 
   Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
-    int fd = ::open(uri.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO without a writer would wait forever; the type check after
+    // the open refuses it (and a file swapped for one after a stat).
+    int fd = ::open(uri.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       if (errno == ENOENT) return not_found(uri + ": no such file");
       return io_error(uri + ": cannot open: " + errno_text(errno));
@@ -118,6 +140,11 @@ class LocalFileSystem : public FileSystem {
       ::close(fd);
       return invalid_argument(uri + ": is a directory, not a file");
     }
+    if (Status type = check_file_type(uri, st.st_mode); !type.is_ok()) {
+      ::close(fd);
+      return type;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return std::unique_ptr<RandomAccessFile>(
         new LocalFile(fd, static_cast<uint64_t>(st.st_size), mtime_ns_of(st), uri));

@@ -25,6 +25,8 @@ struct FileInfo {
   bool is_directory = false;
   uint64_t size = 0;
   int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;  // local files: status change time (0 where unknown)
+  uint64_t inode = 0;    // local files: inode number (0 where unknown)
 };
 
 // A read-only view of a byte range of a file, valid while the object lives (a memory
@@ -60,7 +62,9 @@ class RandomAccessFile {
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
-  // kNotFound when the uri does not exist.
+  // kNotFound when the uri does not exist. The local file system refuses
+  // (kInvalidArgument) what is neither a regular file nor a directory, such as a FIFO,
+  // which would block a reader forever; open() refuses it too.
   virtual Result<FileInfo> stat(const std::string& uri) = 0;
   virtual Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) = 0;
   // Regular files below a directory, recursively, as sorted paths relative to it.

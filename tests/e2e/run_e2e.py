@@ -228,24 +228,24 @@ def case_bad_input(tmp):
         with open(p, "wb") as f:
             f.write(b"this is not a tar file\n" * 200)
 
-    def no_key(p):
+    def repeated_field(p):
         import io
         import tarfile
         with tarfile.open(p, "w") as t:
-            data = b"x" * 10
-            info = tarfile.TarInfo("dir/.hidden")
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
+            for name in ("dir/x.cls", "dir/x.CLS"):  # one field twice (fields are lowercased)
+                info = tarfile.TarInfo(name)
+                info.size = 10
+                t.addfile(info, io.BytesIO(b"x" * 10))
 
     cases = {"truncated": truncate, "checksum": bad_checksum, "missing": missing,
-             "empty": empty, "nottar": not_tar, "nokey": no_key}
+             "empty": empty, "nottar": not_tar, "repeated": repeated_field}
     for name, mutate in cases.items():
         src, path = variant(name, mutate)
         p, _ = run(src, "--workers", 2, expect_ok=False)
         check(p.returncode not in (0,) and p.returncode < 128,
               f"{name}: exit {p.returncode} (expected a clean failure)")
         check(os.path.basename(path) in p.stderr, f"{name}: error does not name the file: {p.stderr!r}")
-        if name in ("truncated", "checksum", "nottar", "nokey"):
+        if name in ("truncated", "checksum", "nottar", "repeated"):
             check("byte" in p.stderr, f"{name}: error has no byte offset: {p.stderr!r}")
         d = f"{tmp}/{name}-skip"
         p2, s = run(src, "--workers", 2, "--batch-size", 5, "--on-corrupt", "skip", dump=d,

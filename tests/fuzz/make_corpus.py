@@ -3,7 +3,9 @@
 
 Small archives, each a few blocks, that reach every branch of the header decoder: ustar
 with a prefix, GNU long names, PAX path and size records, a global header, a directory,
-a base-256 size, an end-of-archive marker and a cut payload.
+a base-256 size, an end-of-archive marker and a cut payload; numeric fields led by NULs or
+spaces, a Solaris 'X' header, an old GNU sparse header with a map block after it, PAX
+GNU.sparse records, a v7 directory, and names WebDataset's rule skips.
 """
 
 import io
@@ -33,6 +35,13 @@ def archive(fmt, members, end=True, **kw):
     return raw
 
 
+def resum(block_bytes, at):
+    """Rewrites the checksum of the header at `at` after an edit."""
+    block_bytes[at + 148:at + 156] = b" " * 8
+    block_bytes[at + 148:at + 156] = b"%06o\0 " % sum(block_bytes[at:at + 512])
+    return block_bytes
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
     os.makedirs(out, exist_ok=True)
@@ -52,11 +61,40 @@ def main():
     # A base-256 size field (GNU extension) and a payload cut short.
     big = bytearray(archive(tarfile.GNU_FORMAT, [("b.bin", b"z" * 10, None)], end=False))
     big[124:136] = b"\x80" + (10).to_bytes(11, "big")
-    big[148:156] = b" " * 8
-    big[148:156] = b"%06o\0 " % sum(big[:512])
-    seeds["base256_size"] = bytes(big)
+    seeds["base256_size"] = bytes(resum(big, 0))
     seeds["cut_payload"] = archive(tarfile.USTAR_FORMAT, [("c.bin", b"y" * 700, None)],
                                    end=False)[:900]
+    # Numeric fields as other writers write them: a size led by NULs (0, as for tarfile),
+    # a size led by spaces with no terminator.
+    for label, field in (("nul_led_size", b"\0" * 7 + b"0016\0"), ("space_led_size", b"  0000000012")):
+        raw = bytearray(archive(tarfile.USTAR_FORMAT, [("n.txt", b"z" * 10, None)], end=False))
+        raw[124:136] = field
+        seeds[label] = bytes(resum(raw, 0))
+    # Solaris tar's extended header type 'X', read as PAX 'x'.
+    solaris = bytearray(archive(tarfile.PAX_FORMAT,
+                                [("s" * 120 + ".cls", b"1", {"comment": "x"})], end=False))
+    solaris[156:157] = b"X"
+    seeds["solaris_x"] = bytes(resum(solaris, 0))
+    # An old GNU sparse header ('S') whose map goes on in one extra block, then its data.
+    sparse = bytearray(archive(tarfile.GNU_FORMAT, [("sp.bin", b"d" * 10, None)], end=False))
+    sparse[156:157] = b"S"
+    sparse[482] = 1
+    sparse = resum(sparse, 0)
+    seeds["gnu_sparse_map"] = bytes(sparse[:512]) + bytes(512) + bytes(sparse[512:])
+    seeds["pax_sparse"] = archive(tarfile.PAX_FORMAT, [("GNUSparseFile.0/sp.bin", b"1\n0\n4\n",
+                                                        {"GNU.sparse.major": "1",
+                                                         "GNU.sparse.minor": "0",
+                                                         "GNU.sparse.name": "sp.bin"})], end=False)
+    # A v7 directory (a NUL-type member named with a '/') and names WebDataset skips.
+    v7 = bytearray(archive(tarfile.USTAR_FORMAT, [("d/", b"", None)], end=False))
+    v7[156:157] = b"\0"
+    v7[257:265] = bytes(8)
+    seeds["v7_directory"] = bytes(resum(v7, 0))
+    seeds["skipped_names"] = archive(tarfile.GNU_FORMAT, [("README", b"r", None),
+                                                          ("._s0.jpg", b"m", None),
+                                                          ("a/.hidden", b"h", None),
+                                                          ("__meta__", b"{}", None),
+                                                          ("s0.JPG", b"j", None)], end=False)
     for name, data in seeds.items():
         with open(os.path.join(out, name + ".tar"), "wb") as f:
             f.write(data)

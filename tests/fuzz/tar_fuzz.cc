@@ -7,7 +7,8 @@
 //   - when scan_tar accepts the input, every entry's payload lies inside it, and
 //     parse_tar_buffer accepts it too with the same entries (scan_tar is the stricter walk:
 //     it also wants each payload's padding);
-//   - split_key, when it succeeds, splits the path into key "." field, both non-empty.
+//   - split_key, when it succeeds, splits the path into a non-empty key "." extension, the
+//     extension has no '/' and the field is the extension in lower case.
 // A broken property aborts with a message, so libFuzzer saves the input as a crash.
 #include <cstdint>
 #include <cstdio>
@@ -33,12 +34,21 @@ void check(bool ok, const char* what) {
 
 void check_split_key(std::string_view path) {
   auto kf = shardyard::io::split_key(path);
-  if (!kf.is_ok()) return;
-  check(!kf->key.empty() && !kf->field.empty(), "split_key gave an empty key or field");
+  if (!kf) {
+    check(!shardyard::io::unmatched_reason(path).empty(), "a skipped name without a reason");
+    return;
+  }
+  check(!kf->key.empty(), "split_key gave an empty key");
   check(kf->key.size() + 1 + kf->field.size() == path.size() &&
-            path.substr(0, kf->key.size()) == kf->key && path[kf->key.size()] == '.' &&
-            path.substr(kf->key.size() + 1) == kf->field,
+            path.substr(0, kf->key.size()) == kf->key && path[kf->key.size()] == '.',
         "split_key's key.field is not the path");
+  const std::string_view ext = path.substr(kf->key.size() + 1);
+  check(ext.find('/') == std::string_view::npos, "split_key's field has a '/'");
+  for (size_t i = 0; i < ext.size(); ++i) {
+    const char c = ext[i];
+    check(kf->field[i] == (c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c),
+          "split_key's field is not the extension in lower case");
+  }
 }
 
 struct Seen {

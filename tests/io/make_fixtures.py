@@ -13,14 +13,15 @@ line per member in archive order:
 
 type is f (regular file), d (directory) or o (other); offset is the first header block of
 the member (extension headers included), offset_data its first payload byte (both in the
-uncompressed stream); key and field follow the WebDataset rule (empty when the name has no
-key or no field). A member's payload is payload(path, size) below; tar_test.cc has the same
+uncompressed stream); key and field follow the WebDataset rule (both empty for a member
+WebDataset skips). A member's payload is payload(path, size) below; tar_test.cc has the same
 function.
 """
 
 import gzip
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,12 +38,16 @@ def payload(path, size):
 
 
 def key_field(path):
-    slash = path.rfind("/")
-    base = slash + 1
-    dot = path.find(".", base)
-    if dot == base or dot < 0 or dot + 1 == len(path):
+    """WebDataset's rule, as webdataset/tariterators.py applies it: metadata names
+    (tar_file_iterator's filters) and names base_plus_ext does not match have no key; the
+    field is lowercased (group_by_keys)."""
+    if ("/" not in path and path.startswith("__") and path.endswith("__")) or \
+            re.match(r"__[^/]*__($|/)", path):
         return "", ""
-    return path[:dot], path[dot + 1:]
+    match = re.match(r"^((?:.*/|)[^.]+)[.]([^/]*)$", path)
+    if not match:
+        return "", ""
+    return match.group(1), match.group(2).lower()
 
 
 LONG_DIR = "d" * 60 + "/" + "e" * 50  # 111 characters: beyond the 100 of a ustar name
@@ -201,8 +206,8 @@ def main():
     patch_size_field(pax_size, "s0000.jpg", 0)
     archives["py_pax_size.tar"] = None
 
-    # Damage that only a WebDataset reader minds: a member without a key, one without a
-    # field. Both follow two good samples.
+    # Names WebDataset's rule treats specially, after two good samples: a dot file in a
+    # folder (its key is the folder, "s0002/"), a name without a dot (skipped).
     for name, bad in (("py_hidden.tar", "s0002/.hidden"), ("py_nodot.tar", "README")):
         with tarfile.open(os.path.join(out, name), "w", format=tarfile.GNU_FORMAT) as tf:
             add_file(tf, "s0000.cls", 1)

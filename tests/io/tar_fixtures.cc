@@ -74,7 +74,7 @@ std::vector<Member> read_members(const std::string& listing_path) {
 std::vector<ExpectedSample> group_samples(const std::vector<Member>& members) {
   std::vector<ExpectedSample> out;
   for (const auto& m : members) {
-    if (m.type != 'f') continue;
+    if (m.type != 'f' || m.key.empty()) continue;  // skipped: no sample, no break in one
     if (out.empty() || out.back().key != m.key) {
       out.emplace_back();
       out.back().key = m.key;
@@ -109,8 +109,9 @@ std::vector<ExpectedSample> Fixtures::samples(const std::string& name) const {
 
 const std::vector<std::string>& Fixtures::good_archives() {
   static const std::vector<std::string> names = {
-      "py_ustar.tar", "py_gnu.tar",    "py_pax.tar",    "py_pax_global.tar", "py_pax.tar.gz",
-      "gnu_gnu.tar",  "gnu_posix.tar", "gnu_ustar.tar", "gnu_gnu.tar.gz",    "py_pax_size.tar"};
+      "py_ustar.tar",   "py_gnu.tar",      "py_pax.tar",    "py_pax_global.tar",
+      "py_pax.tar.gz",  "gnu_gnu.tar",     "gnu_posix.tar", "gnu_ustar.tar",
+      "gnu_gnu.tar.gz", "py_pax_size.tar", "py_hidden.tar", "py_nodot.tar"};
   return names;
 }
 

@@ -40,7 +40,7 @@ struct Member {
 };
 
 // A sample as the listing says it should be scanned: consecutive regular members that
-// share a key.
+// share a key (members WebDataset skips lie between them without ending the sample).
 struct ExpectedSample {
   std::string key;
   uint64_t begin = 0, end = 0, payload_bytes = 0;
@@ -58,7 +58,7 @@ class Fixtures {
   std::vector<Member> members(const std::string& name) const;
   std::vector<ExpectedSample> samples(const std::string& name) const;
   // Well-formed archives of every format, each holding the full set of samples (or the
-  // ustar-safe subset).
+  // ustar-safe subset), and two small ones with names WebDataset's rule treats specially.
   static const std::vector<std::string>& good_archives();
 
  private:

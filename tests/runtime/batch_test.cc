@@ -163,5 +163,27 @@ TEST(BuildBatch, ColumnBuffersGoBackToThePool) {
   EXPECT_GE(pool->cached_bytes(), 10000u);
 }
 
+TEST(BuildBatch, CopiesOfABatchShareItsDeviceAttachmentUntilTheLastIsGone) {
+  struct Attachment : BatchAttachment {
+    explicit Attachment(int* alive) : alive(alive) { ++*alive; }
+    ~Attachment() override { --*alive; }
+    int* alive;
+  };
+  auto pool = BufferPool::create();
+  std::vector<Item> items;
+  items.push_back(make_item(1, "k", {{"x", "abc"}}));
+  Batch b = build_batch(items, 0, 0, 0, *pool);
+  EXPECT_EQ(b.device(), nullptr);
+  int alive = 0;
+  b.set_device(std::make_shared<Attachment>(&alive));
+  {
+    Batch copy = b;
+    EXPECT_EQ(copy.device(), b.device());
+    b = Batch();
+    EXPECT_EQ(alive, 1);
+  }
+  EXPECT_EQ(alive, 0);
+}
+
 }  // namespace
 }  // namespace shardyard

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -93,6 +95,52 @@ TEST(BufferPool, AcquireAndReleaseFromManyThreads) {
   for (auto& t : threads) t.join();
   EXPECT_LE(pool->cached_bytes(), size_t{1} << 20);
   EXPECT_GT(pool->cached_bytes(), 0u);
+}
+
+// An allocator that counts what it hands out and takes back, for the pool's contract.
+class CountingAllocator : public BufferAllocator {
+ public:
+  uint8_t* allocate(size_t bytes) override {
+    if (fail) return nullptr;
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, bytes) != 0) return nullptr;
+    ++allocated;
+    live_bytes += bytes;
+    return static_cast<uint8_t*>(p);
+  }
+  void deallocate(uint8_t* data, size_t bytes) override {
+    ++freed;
+    live_bytes -= bytes;
+    std::free(data);
+  }
+  std::atomic<int> allocated{0}, freed{0};
+  std::atomic<size_t> live_bytes{0};
+  bool fail = false;
+};
+
+TEST(BufferPool, TakesItsMemoryFromItsAllocatorAndGivesItBack) {
+  auto alloc = std::make_shared<CountingAllocator>();
+  auto pool = BufferPool::create(8192, alloc);
+  {
+    auto a = pool->acquire(5000);  // 8 KiB class, kept when released
+    auto b = pool->acquire(5000);  // beyond the cache: given back at once
+    EXPECT_EQ(alloc->allocated, 2);
+    EXPECT_EQ(a->capacity(), BufferPool::size_class(5000));
+  }
+  EXPECT_EQ(alloc->freed, 1);
+  auto c = pool->acquire(6000);  // reused, no new allocation
+  EXPECT_EQ(alloc->allocated, 2);
+  c.reset();
+  pool.reset();  // the idle buffer goes back too
+  EXPECT_EQ(alloc->freed, 2);
+  EXPECT_EQ(alloc->live_bytes, 0u);
+}
+
+TEST(BufferPool, AnAllocatorWithoutMemoryMakesAcquireThrowBadAlloc) {
+  auto alloc = std::make_shared<CountingAllocator>();
+  alloc->fail = true;
+  auto pool = BufferPool::create(8192, alloc);
+  EXPECT_THROW(pool->acquire(100), std::bad_alloc);
 }
 
 }  // namespace

@@ -19,6 +19,9 @@ Manifest sample_manifest() {
   tar.kind = SourceKind::kTar;
   tar.size_bytes = 10240;
   tar.mtime_ns = 1700000000123456789;
+  tar.ctime_ns = 1700000000987654321;
+  tar.inode = 0x0123456789abcdefull;
+  tar.members_skipped = 3;
   tar.samples = {{"a/000", 0, 2048, 900}, {"a/001", 2048, 4096, 1200}, {"a/002", 4096, 5120, 1}};
   SourceEntry gz;
   gz.uri = "/data/train-000001.tar.gz";
@@ -34,18 +37,21 @@ Manifest sample_manifest() {
   dir.kind = SourceKind::kDirectory;
   dir.size_bytes = 30;
   dir.files = {"x.cls", "x.jpg", "y.cls"};
+  dir.files_digest = 0xfedcba9876543210ull;
   dir.samples = {{"x", 0, 2, 20}, {"y", 2, 3, 10}};
   SourceEntry missing;
   missing.uri = "/data/missing.tar";
   missing.damaged = true;
   missing.damage = "missing shard";
   m.sources = {tar, gz, dir, missing};
+  m.strict_members = true;
   m.fingerprint = compute_fingerprint(m);
   return m;
 }
 
 void expect_same(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.fingerprint, b.fingerprint);
+  EXPECT_EQ(a.strict_members, b.strict_members);
   ASSERT_EQ(a.sources.size(), b.sources.size());
   for (size_t i = 0; i < a.sources.size(); ++i) {
     const auto &x = a.sources[i], &y = b.sources[i];
@@ -53,6 +59,10 @@ void expect_same(const Manifest& a, const Manifest& b) {
     EXPECT_EQ(x.kind, y.kind);
     EXPECT_EQ(x.size_bytes, y.size_bytes);
     EXPECT_EQ(x.mtime_ns, y.mtime_ns);
+    EXPECT_EQ(x.ctime_ns, y.ctime_ns);
+    EXPECT_EQ(x.inode, y.inode);
+    EXPECT_EQ(x.files_digest, y.files_digest);
+    EXPECT_EQ(x.members_skipped, y.members_skipped);
     EXPECT_EQ(x.files, y.files);
     EXPECT_EQ(x.damaged, y.damaged);
     EXPECT_EQ(x.damaged_at, y.damaged_at);
@@ -106,6 +116,33 @@ TEST(ManifestFormat, RejectsBadMagic) {
   expect_corrupt(r, "bad magic");
   EXPECT_NE(r.status().message().find("magic"), std::string::npos) << r.status().message();
   expect_corrupt(decode_manifest("not a manifest at all, just some text", kName), "text");
+}
+
+// Version 1 lacks the freshness data and skip counts of version 2: refused, never read with
+// defaults for them, and the message says how to get a current one.
+TEST(ManifestFormat, RejectsAnOlderVersion) {
+  std::string bytes = encode_manifest(sample_manifest());
+  bytes[8] = static_cast<char>(kManifestFormatVersion - 1);
+  auto r = decode_manifest(bytes, kName);
+  expect_corrupt(r, "older version");
+  EXPECT_NE(r.status().message().find("older"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("shardyard manifest build"), std::string::npos);
+}
+
+// A flag byte (damaged, strict_members) other than 0 or 1 is damage, even under a valid
+// checksum.
+TEST(ManifestFormat, RejectsAFlagThatIsNeitherZeroNorOne) {
+  std::string bytes = encode_manifest(sample_manifest());
+  ASSERT_EQ(bytes[24 + 8], 1) << "strict_members follows the fingerprint";
+  bytes[24 + 8] = 2;
+  std::string resealed = bytes.substr(0, bytes.size() - 8);
+  Hasher h;
+  h.add(std::string_view(resealed).substr(24));
+  const uint64_t sum = h.digest();
+  for (int i = 0; i < 8; ++i) resealed.push_back(static_cast<char>((sum >> (8 * i)) & 0xff));
+  auto r = decode_manifest(resealed, kName);
+  expect_corrupt(r, "flag 2");
+  EXPECT_NE(r.status().message().find("malformed"), std::string::npos) << r.status().message();
 }
 
 TEST(ManifestFormat, RejectsANewerVersion) {
@@ -230,9 +267,13 @@ TEST(Fingerprint, DoesNotDependOnWhereTheShardsAre) {
   moved.sources[2].uri = "/mnt/other/loose/";
   moved.sources[3].uri = "missing.tar";
   EXPECT_EQ(compute_fingerprint(moved), base);
-  // Nor on the scan's bookkeeping: file sizes, times and damage notes.
+  // Nor on the scan's bookkeeping: file sizes, times, inodes, skip counts and damage notes.
   moved.sources[0].mtime_ns = 1;
   moved.sources[0].size_bytes = 1;
+  moved.sources[0].ctime_ns = 2;
+  moved.sources[0].inode = 3;
+  moved.sources[0].members_skipped = 4;
+  moved.strict_members = false;
   EXPECT_EQ(compute_fingerprint(moved), base);
 }
 
@@ -241,6 +282,7 @@ TEST(ManifestSummary, CountsSamplesBytesDamageAndSeekability) {
   EXPECT_EQ(m.num_samples(), 6u);
   EXPECT_EQ(m.payload_bytes(), 900u + 1200 + 1 + 10 + 20 + 10);
   EXPECT_EQ(m.num_damaged(), 2u);
+  EXPECT_EQ(m.members_skipped(), 3u);
   EXPECT_FALSE(m.seekable()) << "a .tar.gz source cannot be read at any sample";
   m.sources.erase(m.sources.begin() + 1);
   EXPECT_TRUE(m.seekable());

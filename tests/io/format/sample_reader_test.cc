@@ -160,6 +160,9 @@ TEST(SampleReader, ShardChangedSinceItsManifestIsCorrupt) {
     ASSERT_FALSE(st.is_ok()) << "read a changed shard without noticing";
     EXPECT_EQ(st.code(), StatusCode::kCorrupt);
     EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+    // The message names the commands that fix it.
+    EXPECT_NE(st.message().find("shardyard manifest build"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--no-cache"), std::string::npos) << st.message();
   }
   // The same archive cut short.
   const std::string bytes = test::read_file(fx.path("py_ustar.tar"));
