@@ -11,6 +11,7 @@
 #include "actors/merger.h"
 #include "actors/protocol.h"
 #include "actors/roles.h"
+#include "io/mapping_guard.h"
 #include "io/record_scan.h"
 
 namespace shardyard {
@@ -53,6 +54,7 @@ Status LoaderOptions::validate() const {
   if (workers == 0 || workers > 1024) return invalid_argument("workers must be 1..1024");
   if (batch_size == 0) return invalid_argument("batch_size must be at least 1");
   if (prefetch_packets == 0) return invalid_argument("prefetch_packets must be at least 1");
+  if (max_sample_bytes == 0) return invalid_argument("max_sample_bytes must be at least 1");
   if (windows.enabled()) SY_RETURN_IF_ERROR(validate_window_spec(windows));
   return Status::ok();
 }
@@ -121,6 +123,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                                options.batch_size, &fs, options.dispatch, options.prefetch_shards));
   job->exact_order = options.order == Order::kExact;
   job->route_key_field = options.route_key_field;
+  job->reader.max_sample_bytes = options.max_sample_bytes;
+  SY_RETURN_IF_ERROR(io::check_sample_bytes(*job->manifest, options.max_sample_bytes));
   d.job = job;
 
   register_protocol(d.cfg);
@@ -473,6 +477,10 @@ Result<std::optional<Batch>> Loader::next() {
     }
     e.room.notify_one();
   }
+  // A shard cut short under a memory mapping reads as zeros from then on
+  // (io/mapping_guard.h): no batch goes out after that, and the error names the shard
+  // rather than what the zeros broke downstream.
+  if (Status fault = io::mapping_fault(); !fault.is_ok()) b = fault;
   if (!b.is_ok()) {
     e.error = b.status();
     return b;

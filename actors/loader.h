@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "io/manifest_scan.h"
+#include "io/sample_reader.h"
 #include "runtime/batch.h"
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
@@ -80,6 +81,10 @@ struct LoaderOptions {
   // database, an object store client) serves every source; its reads run on the worker
   // threads, where current_worker() says who is reading. Must outlive the loader.
   io::FileSystem* file_system = nullptr;
+  // The most bytes one sample may occupy (its tar members with their headers, inflated for
+  // a .tar.gz shard; a window's records): a larger one fails the run, naming its key, before
+  // the first batch. Bounds the memory a decompression bomb can take.
+  uint64_t max_sample_bytes = io::kDefaultMaxSampleBytes;
   bool use_manifest_cache = true;
   std::string cache_dir;  // empty: io::default_cache_dir()
   unsigned scan_threads = 2;
