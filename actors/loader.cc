@@ -192,6 +192,16 @@ std::vector<RoleSnapshot> Cluster::snapshot() {
   return out;
 }
 
+void Cluster::interrupt() {
+  auto& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mu);
+  for (auto& [r, roles] : d.ranks) {
+    for (auto& weak : roles.channels)
+      if (auto ch = weak.lock()) ch->cancel();
+    if (auto route = roles.route.lock()) route->cancel();
+  }
+}
+
 Status Cluster::shutdown() {
   auto& d = *impl_;
   if (d.stopped || !d.sys) return Status::ok();
@@ -199,14 +209,7 @@ Status Cluster::shutdown() {
   Status result;
   // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
   // open channel first, so each worker finishes its unit and can acknowledge.
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    for (auto& [r, roles] : d.ranks) {
-      for (auto& weak : roles.channels)
-        if (auto ch = weak.lock()) ch->cancel();
-      if (auto route = roles.route.lock()) route->cancel();
-    }
-  }
+  interrupt();
   {
     caf::scoped_actor self{*d.sys};
     auto stop = [&](auto handle, const std::string& what) {

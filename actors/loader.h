@@ -183,6 +183,11 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   uint32_t logical_shards() const;
   // Every actor's state, asked through its mailbox.
   std::vector<RoleSnapshot> snapshot();
+  // Cancels the epoch each hosted rank has open: a next() waiting for data returns
+  // kCancelled at once (batches already collated are still handed out first), and that
+  // epoch stays failed. For a trainer that stops on a signal; safe from any thread, any
+  // number of times. Later epochs start normally.
+  void interrupt();
   // Asks every actor to stop and waits for each acknowledgement (also done on destruction).
   Status shutdown();
 

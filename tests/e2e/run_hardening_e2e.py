@@ -104,6 +104,284 @@ def case_truncate_during_read(tmp):
     check(tries >= 3, f"only {tries} tries caught the run holding a mapping of the shard")
 
 
+# ---- 5 and 11: forged --dump-keys lines, stale rank files, seeds ---------------------------
+
+def unescape_key(text):
+    """The inverse of the key escaping of --dump-keys (tools/dump_keys.h)."""
+    out, i = bytearray(), 0
+    raw = text.encode("utf-8", "surrogateescape")
+    simple = {ord("\\"): b"\\", ord("t"): b"\t", ord("n"): b"\n", ord("r"): b"\r"}
+    while i < len(raw):
+        if raw[i] == ord("\\"):
+            nxt = raw[i + 1]
+            if nxt == ord("x"):
+                out.append(int(raw[i + 2:i + 4], 16))
+                i += 4
+                continue
+            out += simple[nxt]
+            i += 2
+            continue
+        out.append(raw[i])
+        i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def sample_digest(fields):
+    import hashlib
+    h = hashlib.sha256()
+    for name in sorted(fields):
+        h.update(fields[name])
+    return h.hexdigest()[:16], sum(len(v) for v in fields.values())
+
+
+def write_tar(path, samples, mode="w"):
+    """samples: [(key, {field: bytes})] -> a tar shard (mode "w:gz" for .tar.gz)."""
+    with tarfile.open(path, mode, format=tarfile.PAX_FORMAT) as t:
+        for key, fields in samples:
+            for name in sorted(fields):
+                info = tarfile.TarInfo(f"{key}.{name}")
+                info.size = len(fields[name])
+                info.mtime = 1700000000
+                t.addfile(info, io.BytesIO(fields[name]))
+
+
+def case_dump_key_escaping(tmp):
+    """Member names with TAB, newline, CR, backslash and other control bytes: a crafted shard
+    of 2 samples must give 2 lines of 5 fields, and the keys must read back exactly."""
+    forged = "x\t0\t0\nforged\t5\tdeadbeefdeadbeef\n0\t0\tevil"
+    samples = [(forged, {"cls": b"1"}), ("back\\slash\rcr\x01\x7f\u00e9", {"cls": b"22"}),
+               ("plain", {"cls": b"333"})]
+    os.makedirs(f"{tmp}/d")
+    write_tar(f"{tmp}/d/shard-000000.tar", samples)
+    p = shardyard("run", "--source", f"{tmp}/d/shard-000000.tar", "--json", "--no-cache",
+                  "--dump-keys", f"{tmp}/dump")
+    check(p.returncode == 0, f"run: exit {p.returncode}: {p.stderr}")
+    with open(f"{tmp}/dump/rank-0.tsv", encoding="utf-8", errors="surrogateescape") as f:
+        lines = f.read().split("\n")
+    check(lines[-1] == "", "the dump does not end with a newline")
+    lines = lines[:-1]
+    check(len(lines) == len(samples), f"{len(samples)} samples gave {len(lines)} lines: {lines}")
+    want = {key: sample_digest(fields) for key, fields in samples}
+    for line in lines:
+        parts = line.split("\t")
+        check(len(parts) == 5, f"line with {len(parts)} fields: {line!r}")
+        if len(parts) != 5:
+            continue
+        key = unescape_key(parts[2])
+        check(key in want, f"key {parts[2]!r} reads back as {key!r}, not a sample's key")
+        if key in want:
+            check([parts[4], int(parts[3])] == list(want[key]), f"{key!r}: wrong digest or size")
+    check("plain\t" in "\n".join(lines), "a plain key is not written as it is")
+
+
+def case_stale_dump_files(tmp):
+    """A run with fewer ranks than the last one in the same --dump-keys folder removes the
+    other rank files, and leaves other files alone."""
+    base.make(f"{tmp}/d", shards=4, samples=20, seed=32)
+    src = f"{tmp}/d/shard-{{000000..000003}}.tar"
+    base.run(src, "--ranks", 3, "--workers", 1, "--no-cache", dump=f"{tmp}/dump")
+    check(sorted(os.listdir(f"{tmp}/dump")) == ["rank-0.tsv", "rank-1.tsv", "rank-2.tsv"],
+          f"3 ranks wrote {sorted(os.listdir(f'{tmp}/dump'))}")
+    for other in ("notes.txt", "rank-x.tsv", "rank-2.tsv.bak"):
+        open(f"{tmp}/dump/{other}", "w").close()
+    _, s = base.run(src, "--ranks", 2, "--workers", 1, "--no-cache", dump=f"{tmp}/dump")
+    names = sorted(os.listdir(f"{tmp}/dump"))
+    check(names == ["notes.txt", "rank-0.tsv", "rank-1.tsv", "rank-2.tsv.bak", "rank-x.tsv"],
+          f"after a 2-rank run: {names}")
+    rows = base.read_dump(f"{tmp}/dump", 2)
+    check(sum(len(r) for r in rows.values()) == s["samples"] == 80,
+          f"the 2 rank files hold {sum(len(r) for r in rows.values())} lines")
+
+
+def case_seed_range(tmp):
+    """--seed takes 0 .. 2^64-1 and nothing else."""
+    base.make(f"{tmp}/d", shards=1, samples=5, seed=33)
+    src = f"{tmp}/d/shard-000000.tar"
+    for bad in ("-1", "18446744073709551616", "99999999999999999999999", "1e3", "+5", "", "0x10"):
+        p = shardyard("run", "--source", src, "--json", "--seed", bad)
+        check(p.returncode == 2 and "--seed" in p.stderr and "18446744073709551615" in p.stderr,
+              f"--seed {bad!r}: exit {p.returncode}: {p.stderr!r}")
+    for good in ("0", "18446744073709551615"):
+        p = shardyard("run", "--source", src, "--json", "--shuffle", "--seed", good)
+        check(p.returncode == 0, f"--seed {good}: exit {p.returncode}: {p.stderr!r}")
+
+
+# ---- 7: a decompression bomb ----------------------------------------------------------------
+
+def write_bomb(path, inflated):
+    """A .tar.gz of a small sample and one of `inflated` zero bytes, streamed: the file is a
+    few MB whatever `inflated` is."""
+    import zlib
+    with open(path, "wb") as out:
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip wrapper
+        small = tarfile.TarInfo("a-small.bin")
+        small.size = 5
+        head = small.tobuf(tarfile.USTAR_FORMAT) + b"hello" + b"\0" * 507
+        big = tarfile.TarInfo("b-bomb.bin")
+        big.size = inflated
+        out.write(z.compress(head + big.tobuf(tarfile.USTAR_FORMAT)))
+        chunk = b"\0" * (1 << 20)
+        for _ in range(inflated // len(chunk)):
+            out.write(z.compress(chunk))
+        out.write(z.compress(b"\0" * 1024))  # the end-of-archive blocks
+        out.write(z.flush())
+
+
+def case_decompression_bomb(tmp):
+    """A .tar.gz that inflates to 1 GiB: the run fails before its first batch, naming the
+    sample, and never holds the inflated sample in memory."""
+    import resource
+    os.makedirs(f"{tmp}/d")
+    write_bomb(f"{tmp}/d/bomb.tar.gz", 1 << 30)
+    check(os.path.getsize(f"{tmp}/d/bomb.tar.gz") < 8 << 20, "the bomb is not small")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    p = shardyard("run", "--source", f"{tmp}/d/bomb.tar.gz", "--json", "--no-cache")
+    rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
+    check(p.returncode == 1, f"exit {p.returncode} (expected a clean failure): {p.stderr[-300:]!r}")
+    check("b-bomb" in p.stderr and "--max-sample-bytes" in p.stderr and "bomb.tar.gz" in p.stderr,
+          f"the error does not name the sample and the bound: {p.stderr!r}")
+    check(before < 512 * 1024 and rss_mib < 512, f"peak RSS {rss_mib} MiB for a refused sample")
+    # Raised above the sample, the bound lets it through (a small sample here: 1 KiB).
+    make_dir = f"{tmp}/small"
+    base.make(make_dir, shards=1, samples=4, bytes=2000, seed=34)
+    src = f"{make_dir}/shard-000000.tar"
+    p = shardyard("run", "--source", src, "--json", "--max-sample-bytes", "1K")
+    check(p.returncode == 1 and "s0000/x00000" in p.stderr,
+          f"--max-sample-bytes 1K: exit {p.returncode}: {p.stderr!r}")
+    p = shardyard("run", "--source", src, "--json", "--max-sample-bytes", "64K")
+    check(p.returncode == 0 and summary_of(p.stdout)["samples"] == 4,
+          f"--max-sample-bytes 64K: exit {p.returncode}: {p.stderr!r}")
+    for bad in ("0", "-1", "12Q", "lots"):
+        p = shardyard("run", "--source", src, "--json", "--max-sample-bytes", bad)
+        check(p.returncode == 2 and "--max-sample-bytes" in p.stderr,
+              f"--max-sample-bytes {bad}: exit {p.returncode}: {p.stderr!r}")
+
+
+# ---- 10: SIGINT and SIGTERM ----------------------------------------------------------------
+
+def dump_lines(folder, ranks):
+    n = 0
+    for r in range(ranks):
+        try:
+            with open(f"{folder}/rank-{r}.tsv", "rb") as f:
+                n += f.read().count(b"\n")
+        except OSError:
+            pass
+    return n
+
+
+def run_until_signal(cmd, dump, ranks, sig, env=None, lines=200):
+    """Starts `cmd`, waits until its dump holds `lines` lines, sends `sig`; returns the
+    finished process's (returncode, stdout, stderr)."""
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and dump_lines(dump, ranks) < lines:
+        time.sleep(0.01)
+    check(proc.poll() is None, f"the run ended before the signal: {proc.returncode}")
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        check(False, f"the run did not stop within 120 s of {sig!r}")
+    return proc.returncode, out, err
+
+
+def check_stopped_run(code, out, err, exp, dump, ranks, name, status, src, flags, tmp):
+    """The stopped run said why, printed its summary, and each rank's dump is a prefix of an
+    uninterrupted run's that ends at a batch boundary: complete up to the last batch."""
+    check(code == status, f"{name}: exit {code}, expected {status}: {err[-300:]!r}")
+    check(f"stopped by {name}" in err, f"{name}: no message on stderr: {err[-300:]!r}")
+    s = summary_of(out)
+    check(s is not None and s.get("interrupted") == name, f"{name}: no JSON summary: {out[-300:]!r}")
+    rows = base.read_dump(dump, ranks)
+    n = sum(len(r) for r in rows.values())
+    check(s is not None and s.get("samples") == n,
+          f"{name}: the summary says {s and s.get('samples')} samples, the dumps hold {n}")
+    bad = [row[2] for r in rows.values() for row in r if exp["digests"].get(row[2]) != [row[4], row[3]]]
+    check(not bad, f"{name}: {len(bad)} dumped samples with wrong bytes")
+    epochs = 1 + max((r[-1][0] for r in rows.values() if r), default=0)
+    p = shardyard("run", "--source", src, *flags, "--json", "--epochs", epochs, "--dump-keys",
+                  f"{tmp}/reference")
+    check(p.returncode == 0, f"reference run: {p.stderr[-300:]!r}")
+    ref = base.read_dump(f"{tmp}/reference", ranks)
+    for r, got in rows.items():
+        whole = got == ref[r][:len(got)] and (
+            len(got) in (0, len(ref[r])) or got[-1][:2] != ref[r][len(got)][:2])
+        check(whole, f"{name}: rank {r}: the dump ({len(got)} lines) is not whole batches of "
+                     f"an uninterrupted run")
+    return s, rows
+
+
+def case_sigint(tmp):
+    """SIGINT ends the run: a message, the JSON summary of what was delivered, dumps complete
+    up to the last delivered batch, exit 130."""
+    exp = base.make(f"{tmp}/d", shards=4, samples=100, bytes=4096, seed=35)
+    src = f"{tmp}/d/shard-{{000000..000003}}.tar"
+    flags = ["--ranks", 2, "--workers", 2, "--batch-size", 4, "--no-cache"]
+    cmd = [base.ARGS.shardyard, "run", "--source", src, *flags, "--epochs", 100000, "--json",
+           "--dump-keys", f"{tmp}/dump"]
+    code, out, err = run_until_signal(cmd, f"{tmp}/dump", 2, signal.SIGINT)
+    check_stopped_run(code, out, err, exp, f"{tmp}/dump", 2, "SIGINT", 130, src, flags, tmp)
+
+
+def case_sigterm(tmp):
+    """SIGTERM without --checkpoint-dir: the same clean stop, exit 143."""
+    exp = base.make(f"{tmp}/d", shards=4, samples=100, bytes=4096, seed=36)
+    src = f"{tmp}/d/shard-{{000000..000003}}.tar"
+    flags = ["--ranks", 3, "--workers", 1, "--batch-size", 4, "--shuffle", "--no-cache"]
+    cmd = [base.ARGS.shardyard, "run", "--source", src, *flags, "--epochs", 100000, "--json",
+           "--dump-keys", f"{tmp}/dump"]
+    code, out, err = run_until_signal(cmd, f"{tmp}/dump", 3, signal.SIGTERM)
+    check_stopped_run(code, out, err, exp, f"{tmp}/dump", 3, "SIGTERM", 143, src, flags, tmp)
+
+
+def case_sigterm_checkpoint(tmp):
+    """SIGTERM with --checkpoint-dir saves a checkpoint at one step of every rank first; the
+    resumed run delivers the rest: every sample exactly once, and the same batches as a run
+    that was never stopped."""
+    exp = base.make(f"{tmp}/d", shards=4, samples=100, bytes=4096, seed=37)
+    src = f"{tmp}/d/shard-{{000000..000003}}.tar"
+    flags = ["--ranks", 2, "--workers", 2, "--batch-size", 4, "--shuffle", "--seed", 7,
+             "--no-cache", "--json"]
+    ck = f"{tmp}/ck"
+    cmd = [base.ARGS.shardyard, "run", "--source", src, *flags, "--epochs", 100000,
+           "--checkpoint-dir", ck, "--dump-keys", f"{tmp}/a"]
+    code, out, err = run_until_signal(cmd, f"{tmp}/a", 2, signal.SIGTERM, lines=500)
+    s, first = check_stopped_run(code, out, err, exp, f"{tmp}/a", 2, "SIGTERM", 143, src,
+                                 flags, tmp)
+    check(s is not None and s.get("checkpoint", {}).get("saved_on_signal") is True,
+          f"no checkpoint saved on SIGTERM: {s}")
+    p = shardyard("checkpoint", "inspect", "--json", ck)
+    cursor = json.loads(p.stdout)["cursor"] if p.returncode == 0 else {}
+    check(p.returncode == 0, f"inspect: {p.stderr}")
+    epoch, step = cursor.get("epoch", 0), cursor.get("step", 0)
+    for r, rows in first.items():  # every rank stopped exactly at the checkpoint's cut
+        last = (rows[-1][0], rows[-1][1] + 1) if rows else None
+        check(last == (epoch, step) or (step == 0 and last[0] == epoch - 1),
+              f"rank {r}: the dump ends at {last}, the checkpoint is at {(epoch, step)}")
+    # Finish the interrupted epoch from the checkpoint, and compare with a run never stopped.
+    p = shardyard("run", "--source", src, *flags, "--epochs", epoch + 1, "--resume", ck,
+                  "--dump-keys", f"{tmp}/b")
+    check(p.returncode == 0, f"resume: exit {p.returncode}: {p.stderr[-300:]!r}")
+    second = base.read_dump(f"{tmp}/b", 2)
+    p = shardyard("run", "--source", src, *flags, "--epochs", epoch + 1, "--dump-keys",
+                  f"{tmp}/full")
+    full = base.read_dump(f"{tmp}/full", 2)
+    for r in range(2):
+        got = [row for row in first[r] + second[r] if row[0] == epoch]
+        want = [row for row in full[r] if row[0] == epoch]
+        check(got == want, f"rank {r}: epoch {epoch} over the two runs differs from a run never "
+                           f"stopped ({len(got)} vs {len(want)} samples)")
+    keys = collections.Counter(row[2] for rows in (first, second) for r in rows
+                               for row in rows[r] if row[0] == epoch)
+    check(len(keys) == len(exp["digests"]) and set(keys.values()) == {1},
+          f"epoch {epoch}: {len(keys)} distinct samples, some more than once: "
+          f"{[k for k, c in keys.items() if c > 1][:3]}")
+
+
 CASES = {n[len("case_"):]: f for n, f in globals().items() if n.startswith("case_")}
 
 
