@@ -104,6 +104,84 @@ def case_truncate_during_read(tmp):
     check(tries >= 3, f"only {tries} tries caught the run holding a mapping of the shard")
 
 
+# ---- 4: a checkpoint write that fails on one rank -----------------------------------------
+
+def fill_leaving_one_page(folder):
+    """Fills the file system of `folder` and frees exactly one page again."""
+    path = os.path.join(folder, "filler")
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        block = b"\0" * 4096
+        try:
+            while True:
+                n = f.write(block)
+                written += n
+                if n < len(block):
+                    break
+        except OSError:
+            pass
+    with open(path, "r+b") as f:
+        f.truncate((written // 4096 - 1) * 4096)
+    return path
+
+
+def case_checkpoint_disk_full(tmp):
+    """3 ranks save into a real tmpfs with room for one rank file: the ranks that cannot
+    write abort the cut for all (exit 1 at once, naming a rank and the error, not a 120 s
+    wait), CHECKPOINT stays at the last commit, and the next save cleans up the aborted
+    cut's files; the resumed run goes on exactly once."""
+    mnt = f"{tmp}/mnt"
+    os.makedirs(mnt)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt],
+                                           capture_output=True).returncode != 0:
+        print("SKIPPED: mounting a tmpfs needs root", file=sys.stderr)
+        sys.exit(SKIP)
+    try:
+        exp = base.make(f"{tmp}/d", shards=4, samples=50, seed=38)
+        src = f"{tmp}/d/shard-{{000000..000003}}.tar"
+        flags = ["--ranks", 3, "--workers", 1, "--batch-size", 4, "--shuffle", "--seed", 3,
+                 "--no-cache", "--json"]
+        ck = f"{mnt}/ck"
+        p = shardyard("run", "--source", src, *flags, "--dump-keys", f"{tmp}/full")
+        full = base.read_dump(f"{tmp}/full", 3)
+        p = shardyard("run", "--source", src, *flags, "--checkpoint-dir", ck,
+                      "--stop-after-steps", 2, "--dump-keys", f"{tmp}/a")
+        check(p.returncode == 0, f"first save: {p.stderr[-300:]!r}")
+        check(all(os.path.getsize(f"{ck}/{n}") < 4096 for n in os.listdir(ck)),
+              "a rank file is larger than a page: the disk would not fail on one rank only")
+        filler = fill_leaving_one_page(mnt)
+        try:
+            p = shardyard("run", "--source", src, *flags, "--resume", ck, "--checkpoint-dir", ck,
+                          "--stop-after-steps", 2, timeout=60)
+        except subprocess.TimeoutExpired:
+            check(False, "a save on a full disk hangs the run (the other ranks wait for the "
+                         "rank that could not write)")
+            return
+        check(p.returncode == 1, f"full disk: exit {p.returncode}: {p.stderr[-400:]!r}")
+        check("aborted: rank" in p.stderr and "No space left on device" in p.stderr,
+              f"the error does not name the rank and the cause: {p.stderr[-400:]!r}")
+        p = shardyard("checkpoint", "inspect", "--json", ck)
+        cursor = json.loads(p.stdout)["cursor"] if p.returncode == 0 else {}
+        check(p.returncode == 0 and cursor.get("step") == 2,
+              f"CHECKPOINT no longer the last commit: {p.stdout[:200]} {p.stderr}")
+        os.remove(filler)
+        check(any(".g000002." in n for n in os.listdir(ck)), "the aborted cut left nothing")
+        # The next save (of the resumed run) cleans up what the aborted cut left, and commits.
+        p = shardyard("run", "--source", src, *flags, "--resume", ck, "--checkpoint-dir", ck,
+                      "--stop-after-steps", 2, "--dump-keys", f"{tmp}/c")
+        check(p.returncode == 0, f"resume after the full disk: {p.stderr[-300:]!r}")
+        names = sorted(os.listdir(ck))
+        check(names == ["CHECKPOINT"] + [f"rank-0000{r}.g000003.ckpt" for r in range(3)],
+              f"after the next save: {names}")
+        a, c = base.read_dump(f"{tmp}/a", 3), base.read_dump(f"{tmp}/c", 3)
+        for r in range(3):
+            check(a[r] + c[r] == [row for row in full[r] if row[1] < 4],
+                  f"rank {r}: steps 0-3 over the runs differ from a run never stopped")
+        del exp
+    finally:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
 # ---- 5 and 11: forged --dump-keys lines, stale rank files, seeds ---------------------------
 
 def unescape_key(text):
