@@ -17,6 +17,7 @@
 
 #include "actors/loader.h"
 #include "cli_values.h"
+#include "io/http_client.h"
 #include "commands.h"
 #include "dump_keys.h"
 #include "run_stop.h"
@@ -320,6 +321,7 @@ int run(const RunArgs& args) {
     } else {
       ctl.stop = true;
       c.interrupt();
+      io::cancel_transfers();  // no worker waits on a slow server
     }
   });
 

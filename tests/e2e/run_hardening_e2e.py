@@ -104,6 +104,117 @@ def case_truncate_during_read(tmp):
     check(tries >= 3, f"only {tries} tries caught the run holding a mapping of the shard")
 
 
+# ---- 2 and 9: slow servers, servers that ignore Range --------------------------------------
+
+def remote_env(**extra):
+    env = dict(os.environ, SHARDYARD_HTTP_BACKOFF_MS="10", SHARDYARD_HTTP_BACKOFF_MAX_MS="100")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def expect_gives_up(src, env, what, timeout, tmp):
+    """A run on `src` must fail (exit 1, naming the shard and the deadline) within `timeout`
+    seconds, and with --on-corrupt skip count the shard as skipped."""
+    try:
+        p = shardyard("run", "--source", src, "--json", "--no-cache", env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        check(False, f"{what}: the run was still going after {timeout} s")
+        return
+    check(p.returncode == 1, f"{what}: exit {p.returncode}: {p.stderr[-400:]!r}")
+    check("shard-000001.tar" in p.stderr and "SHARDYARD_HTTP_DEADLINE_S" in p.stderr,
+          f"{what}: the error does not name the shard and the deadline: {p.stderr[-400:]!r}")
+
+
+def case_slow_server(tmp):
+    """A server that sends 1 byte per second, and one that sends part of a body and then
+    nothing on an open connection: a run gives up within the deadline, naming the shard."""
+    servers = base.remote_servers()
+    base.make(f"{tmp}/root/d", shards=2, samples=20, bytes=5000, seed=39)
+    env = remote_env(SHARDYARD_HTTP_DEADLINE_S=6, SHARDYARD_HTTP_TIMEOUT_S=2)
+    with servers.Nginx(f"{tmp}/root") as ng, servers.FaultProxy(ng.port) as px:
+        good = f"{ng.url}/d/shard-000000.tar"
+        for fault in ("slow:1", "hang:30000"):
+            bad = f"{px.url}/_f/{fault}/d/shard-000001.tar"
+            p0 = time.time()
+            expect_gives_up(f"{{{good},{bad}}}", env, fault, 60, tmp)
+            # The same under --on-corrupt skip: the shard is skipped and counted.
+            p = shardyard("run", "--source", good, "--source", bad, "--json", "--no-cache",
+                          "--on-corrupt", "skip", env=env, timeout=60)
+            s = summary_of(p.stdout) or {}
+            check(p.returncode == 0 and s.get("corrupt_skipped") == 1 and s.get("samples") == 20,
+                  f"{fault} skip: exit {p.returncode}: {p.stderr[-300:]!r} {s}")
+            del p0
+
+
+def case_stalled_server_defaults(tmp):
+    """With no setting at all, a shard whose server stalls after part of a body ends the
+    run within 2 minutes (the defaults: 30 s below 1 KiB/s aborts an attempt, 90 s ends a
+    request)."""
+    servers = base.remote_servers()
+    base.make(f"{tmp}/root/d", shards=2, samples=20, bytes=5000, seed=40)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDYARD_HTTP_")}
+    with servers.Nginx(f"{tmp}/root") as ng, servers.FaultProxy(ng.port) as px:
+        src = f"{{{ng.url}/d/shard-000000.tar,{px.url}/_f/hang:30000/d/shard-000001.tar}}"
+        expect_gives_up(src, env, "defaults", 120, tmp)
+
+
+def case_range_ignored(tmp):
+    """A server that answers every ranged GET with the whole object (200): the run reads the
+    same bytes as from disk, and each object moves about once, not once per read."""
+    servers = base.remote_servers()
+    base.make(f"{tmp}/root/d", shards=4, samples=40, bytes=32768, vary=True, seed=41)
+    local = f"{tmp}/root/d/shard-{{000000..000003}}.tar"
+    flags = ["--workers", 2, "--shuffle", "--seed", 4, "--batch-size", 8, "--no-cache"]
+    base.run(local, *flags, dump=f"{tmp}/local")
+    with servers.Nginx(f"{tmp}/root") as ng, servers.FaultProxy(ng.port) as px:
+        src = f"{px.url}/_f/norange/d/shard-{{000000..000003}}.tar"
+        p, s = base.run_env(src, remote_env(), *flags, dump=f"{tmp}/norange")
+        check(p.returncode == 0, f"norange: exit {p.returncode}: {p.stderr[-400:]!r}")
+        if p.returncode == 0:
+            check(base.same_dump(f"{tmp}/local", f"{tmp}/norange", 1), "norange: dump differs")
+        for k in range(4):
+            path = f"/d/shard-{k:06d}.tar"
+            size = os.path.getsize(f"{tmp}/root{path}")
+            moved = px.sent_bytes().get(path, 0)
+            # Once for the spool, plus what went out before the first ranged answer was
+            # dropped (socket buffers).
+            check(moved <= 2 * size + (4 << 20),
+                  f"{path}: {moved} bytes moved for a {size}-byte object")
+
+
+def case_sigint_slow_server(tmp):
+    """SIGINT while the workers wait on a server that stalls: the run stops at once (it does
+    not wait for the transfers' deadline), with its message, summary and exit 130."""
+    servers = base.remote_servers()
+    base.make(f"{tmp}/root/d", shards=2, samples=20, bytes=5000, seed=42)
+    env = dict(os.environ, SHARDYARD_CACHE_DIR=f"{tmp}/cache")
+    with servers.Nginx(f"{tmp}/root") as ng, servers.FaultProxy(ng.port) as px:
+        src = f"{px.url}/_f/hang:1000/d/shard-{{000000..000001}}.tar"
+        px.set_faults(False)  # the manifest comes from a clean scan, cached
+        p = shardyard("manifest", "build", "--source", src, env=env)
+        check(p.returncode == 0, f"manifest build: {p.stderr[-300:]!r}")
+        px.set_faults(True)
+        seen = len(px.requests())
+        proc = subprocess.Popen([base.ARGS.shardyard, "run", "--source", src, "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.time() + 30
+        while time.time() < deadline and not any(r[1] == "GET" for r in px.requests()[seen:]):
+            time.sleep(0.05)
+        time.sleep(1)  # the workers are waiting on the stalled bodies now
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            check(False, "the run did not stop within 30 s of SIGINT (it waits on the server)")
+        check(proc.returncode == 130, f"exit {proc.returncode}: {err[-300:]!r}")
+        check("stopped by SIGINT" in err, f"not stopped in the run: {err[-300:]!r}")
+        s = summary_of(out)
+        check(s is not None and s.get("interrupted") == "SIGINT" and s.get("samples") == 0,
+              f"summary: {out[-300:]!r}")
+
+
 # ---- 4: a checkpoint write that fails on one rank -----------------------------------------
 
 def fill_leaving_one_page(folder):
