@@ -172,19 +172,10 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   }
   auto buf = pool_->acquire(end - begin);
   if (src.kind == SourceKind::kTarGz) {
-    auto& cur = gz_[source];
-    if (!cur || cur->stream->position() > begin) {
-      cur = std::make_unique<GzCursor>();
-      cur->stream = gzip_stream(f);
-    }
-    SY_RETURN_IF_ERROR(cur->stream->skip(begin - cur->stream->position()));
-    size_t done = 0;
-    while (done < end - begin) {
-      SY_ASSIGN_OR_RETURN(size_t got, cur->stream->read(buf->data() + done, end - begin - done));
-      if (got == 0)
-        return changed(source, corrupt(src.uri + ": the stream ends at uncompressed byte " +
-                                       std::to_string(begin + done)));
-      done += got;
+    Status st = inflate_range(source, f, begin, end - begin, buf->data());
+    if (!st.is_ok()) {
+      gz_.erase(source);  // a stream that failed is not resumed
+      return changed(source, st);
     }
   } else {
     Status st = read_exact(*f, begin, buf->data(), end - begin);
@@ -194,6 +185,28 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   const uint8_t* data = buf->data();
   size_t size = buf->size();
   return parse(source, data, size, std::move(buf), begin, first, last, id, out);
+}
+
+// Inflates uncompressed bytes [begin, begin + n) of a .tar.gz source into dst, forward from
+// where this reader's stream of it stopped (skipped bytes are inflated and dropped, a
+// block at a time; only [begin, begin + n) is ever held).
+Status SampleReader::inflate_range(uint32_t source, const std::shared_ptr<RandomAccessFile>& f,
+                                   uint64_t begin, uint64_t n, uint8_t* dst) {
+  auto& cur = gz_[source];
+  if (!cur || cur->stream->position() > begin) {
+    cur = std::make_unique<GzCursor>();
+    cur->stream = gzip_stream(f);
+  }
+  SY_RETURN_IF_ERROR(cur->stream->skip(begin - cur->stream->position()));
+  uint64_t done = 0;
+  while (done < n) {
+    SY_ASSIGN_OR_RETURN(size_t got, cur->stream->read(dst + done, static_cast<size_t>(n - done)));
+    if (got == 0)
+      return corrupt(manifest_->sources[source].uri + ": the stream ends at uncompressed byte " +
+                     std::to_string(begin + done));
+    done += got;
+  }
+  return Status::ok();
 }
 
 Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,

@@ -90,12 +90,16 @@ class SampleReader {
   Status parse(uint32_t source, const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
                uint64_t base, uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out);
 
+  // The error for a short read or a failed mapping: "changed" when the file's size is not
+  // the manifest's any more.
+  Status changed(uint32_t source, const Status& st);
+  Status inflate_range(uint32_t source, const std::shared_ptr<RandomAccessFile>& f, uint64_t begin,
+                       uint64_t n, uint8_t* dst);
+  Status check_sizes(uint32_t source, uint64_t first, uint64_t last) const;
+
   FileSystem& fs_;
   std::shared_ptr<const Manifest> manifest_;
   std::shared_ptr<BufferPool> pool_;
-  Status changed(uint32_t source, const Status& st);
-  Status check_sizes(uint32_t source, uint64_t first, uint64_t last) const;
-
   size_t max_open_;
   size_t map_threshold_;
   uint64_t max_sample_bytes_;

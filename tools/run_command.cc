@@ -17,9 +17,9 @@
 
 #include "actors/loader.h"
 #include "cli_values.h"
-#include "io/http_client.h"
 #include "commands.h"
 #include "dump_keys.h"
+#include "io/http_client.h"
 #include "run_stop.h"
 
 namespace shardyard::tools {
