@@ -8,7 +8,9 @@
 // installs a SIGBUS handler. For a fault inside a registered mapping the handler puts
 // zero-filled anonymous memory over the rest of that mapping (the faulting copy completes
 // and reads zeros) and records the fault; a fault anywhere else goes on to the handler
-// installed before this one (or the default action), as if this one were not there.
+// installed before this one (or the default action), as if this one were not there. A
+// SIGBUS handler that the embedding program installs later replaces this one (it should
+// chain to it, as this one chains to the one before).
 //
 // Bytes that came from a mapping may therefore be zeros once a fault is recorded. Whoever
 // hands bytes on (the loader, before it returns a batch) calls mapping_fault(): after a
