@@ -130,6 +130,10 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   EXPECT_EQ(rs.file, "rank-00001.g000008.ckpt");
   EXPECT_EQ(rs.checksum, 0xabcdefULL);
   EXPECT_EQ(round_trip(CheckpointCommitted{8}).generation, 8u);
+  auto failed = round_trip(RankSaveFailed{1, "/ck", 8, "No space left on device"});
+  EXPECT_EQ(failed.rank, 1u);
+  EXPECT_EQ(failed.generation, 8u);
+  EXPECT_EQ(failed.error, "No space left on device");
   auto co = round_trip(CommitOutcome{8, false, "disk full"});
   EXPECT_FALSE(co.ok);
   EXPECT_EQ(co.error, "disk full");
@@ -137,8 +141,23 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   auto off = round_trip(ResumeOffer{2, "/ck", std::string("SYCKPT\0\0", 8), {"a", "b"}});
   EXPECT_EQ(off.manifest.size(), 8u);
   EXPECT_EQ(off.rank_files.size(), 2u);
-  auto g = round_trip(ResumeGrant{
-      3, true, 5, {10, 11}, {3, 2}, 2, 8, 9, 0, {0, 0}, {21, 21}, {"w0"}, {"d0"}, {"l0"}, false, true, 8});
+  auto g = round_trip(ResumeGrant{3,
+                                  true,
+                                  5,
+                                  {10, 11},
+                                  {3, 2},
+                                  2,
+                                  8,
+                                  9,
+                                  0,
+                                  {0, 0},
+                                  {21, 21},
+                                  {"w0"},
+                                  {"d0"},
+                                  {"l0"},
+                                  false,
+                                  true,
+                                  8});
   EXPECT_EQ(g.dispatcher_states, (std::vector<std::string>{"d0"}));
   EXPECT_EQ(g.loader_states, (std::vector<std::string>{"l0"}));
   EXPECT_EQ(g.epoch, 3u);
