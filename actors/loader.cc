@@ -6,15 +6,19 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "actors/device_feed.h"
+#include "actors/net/host.h"
+#include "actors/net/network.h"
 #include "actors/protocol.h"
 #include "actors/roles.h"
 #include "actors/state/job.h"
 #include "actors/state/merger.h"
+#include "actors/state/placement.h"
 #include "io/format/record_scan.h"
-#include "io/remote/remote_file_system.h"
 #include "io/fs/mapping_guard.h"
+#include "io/remote/remote_file_system.h"
 
 namespace shardyard {
 
@@ -23,27 +27,21 @@ using namespace actors;  // NOLINT: this file is the glue of the actors layer
 // ---- options -----------------------------------------------------------------------------
 
 Status LoaderOptions::topology_from_env() {
-  auto get = [](const char* name) -> const char* {
-    const char* v = std::getenv(name);
-    return (v && *v) ? v : nullptr;
-  };
-  const std::pair<const char*, const char*> vars[] = {
-      {"RANK", "WORLD_SIZE"},
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-      {"PMI_RANK", "PMI_SIZE"},
-      {"SLURM_PROCID", "SLURM_NTASKS"}};
-  for (const auto& [r, w] : vars) {
-    if (get(r) && get(w)) {
-      char* end = nullptr;
-      unsigned long rv = std::strtoul(get(r), &end, 10);
-      if (*end) return invalid_argument(std::string(r) + "='" + get(r) + "' is not a number");
-      unsigned long wv = std::strtoul(get(w), &end, 10);
-      if (*end) return invalid_argument(std::string(w) + "='" + get(w) + "' is not a number");
-      rank = static_cast<uint32_t>(rv);
-      world_size = static_cast<uint32_t>(wv);
-      return Status::ok();
-    }
-  }
+  const EnvLookup env = process_env();
+  SY_ASSIGN_OR_RETURN(JobPlacement p, resolve_placement(env, default_rendezvous_dir(env)));
+  if (p.launcher.empty()) return Status::ok();
+  rank = p.rank;
+  world_size = p.world_size;
+  restart_count = p.restart_count;
+  if (p.world_size == 1) return Status::ok();
+  host_coordinator = p.host_coordinator;
+  rendezvous_file = p.rendezvous_file;
+  coordinator = p.rendezvous_file.empty() ? p.coordinator.to_string() : std::string();
+  if (!p.token_file.empty()) token_file = p.token_file;
+  if (!p.token.empty()) token = p.token;
+  // No token given: the job's id stands in (loopback only, placement.h says why).
+  if (token.empty() && token_file.empty()) token = p.derived_token;
+  if (auto tls = env("SHARDYARD_TLS")) force_tls = *tls != "0";
   return Status::ok();
 }
 
@@ -79,13 +77,42 @@ struct Cluster::Impl {
   LoaderOptions options;
   io::ScanReport report;
   std::shared_ptr<const JobData> job;
+  std::unique_ptr<net::TlsIdentity> tls;  // ranks in other processes, off loopback
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
-  coordinator_actor coordinator;
+  coordinator_actor coordinator;      // hosted here (in-process job, or rank 0 hosting)
+  net::gate_actor gate;               // hosted here for ranks in other processes
+  coordinator_actor job_coordinator;  // what this process's ranks talk to (local or remote)
+  bool networked = false;             // the world has ranks in other processes
   std::map<uint32_t, RankRoles> ranks;
   std::unique_ptr<DeviceFeed> device;  // null: batches stay in host memory
-  std::mutex mu;                       // guards ranks[*].loader_open and ranks[*].channels
+  std::mutex mu;  // guards ranks[*].loader_open, ranks[*].channels, failure, rank_errors
   bool stopped = false;
+  Status failure;                          // why the job stopped under this process
+  std::map<uint32_t, Status> rank_errors;  // the first error each hosted rank's Loader met
+
+  // The job stopped (the coordinator said so, or went away): every open epoch is
+  // cancelled, so that a trainer waiting in next() hears of it at once.
+  void stop_job(Status why) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failure.is_ok()) return;
+      failure = std::move(why);
+    }
+    cancel_epochs();
+  }
+  Status job_failure() {
+    std::lock_guard<std::mutex> lock(mu);
+    return failure;
+  }
+  void cancel_epochs() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [r, roles] : ranks) {
+      for (auto& weak : roles.channels)
+        if (auto ch = weak.lock()) ch->cancel();
+      if (auto route = roles.route.lock()) route->cancel();
+    }
+  }
 };
 
 Cluster::Cluster() : impl_(std::make_unique<Impl>()) {}
@@ -138,6 +165,37 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
         (job->manifest->payload_bytes() / job->index.num_items() + 1024) * options.batch_size,
         ranks.size(), options);
 
+  // Ranks in other processes: this process hosts the job's coordinator or reaches it.
+  d.networked = ranks.size() < options.world_size;
+  std::string token;
+  HostPort where;
+  std::string where_source;
+  if (d.networked) {
+    if (options.coordinator.empty() && options.rendezvous_file.empty())
+      return invalid_argument(
+          "rank " + std::to_string(options.rank) + " of a world of " +
+          std::to_string(options.world_size) +
+          " has no coordinator to join: run it under a launcher (tools/shardyard-launch, "
+          "torchrun, mpirun), or set SHARDYARD_COORDINATOR=HOST:PORT (docs/multi-process.md)");
+    SY_ASSIGN_OR_RETURN(token, net::job_token(options.token, options.token_file));
+    if (!options.coordinator.empty()) {
+      SY_ASSIGN_OR_RETURN(where, parse_host_port(options.coordinator, options.host_coordinator));
+      where_source = options.coordinator;
+    } else {
+      where = HostPort{"127.0.0.1", 0};
+      where_source = "the rendezvous file " + options.rendezvous_file;
+    }
+    net::NetOptions net;
+    net.heartbeat_interval_ms = options.heartbeat_interval_ms;
+    net.connection_timeout_ms = options.connection_timeout_ms;
+    net.tls = net::use_tls(where.host, options.force_tls);
+    if (net.tls) {
+      SY_ASSIGN_OR_RETURN(d.tls, net::TlsIdentity::create(token));
+      net.tls_dir = d.tls->dir();
+    }
+    net::enable_network(d.cfg, net);
+  }
+
   register_protocol(d.cfg);
   // Workers are detached (own threads); the event-based roles handle a few messages per
   // epoch, so they get two scheduler threads that block when idle ("sharing") instead of
@@ -146,23 +204,73 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   d.cfg.set("scheduler.policy", caf::atom("sharing"));
   d.cfg.set("logger.verbosity", caf::atom("quiet"));
   d.sys = std::make_unique<caf::actor_system>(d.cfg);
-  d.coordinator = spawn_coordinator(*d.sys, job->info());
 
+  CoordinatorOptions copts;
+  copts.join_timeout_ms = options.join_timeout_ms;
+  if (!d.networked) {
+    d.coordinator = spawn_coordinator(*d.sys, CoordinatorState(job->info()), copts);
+    d.job_coordinator = d.coordinator;
+  } else if (options.host_coordinator) {
+    copts.log = [](const std::string& line) {
+      std::fprintf(stderr, "shardyard coordinator: %s\n", line.c_str());
+    };
+    net::HostOptions host;
+    host.listen = where;
+    host.source = where_source;
+    host.tls = net::use_tls(where.host, options.force_tls);
+    host.token = token;
+    host.rendezvous_file = options.rendezvous_file;
+    host.coordinator = copts;
+    CoordinatorState core(job->info());
+    SY_ASSIGN_OR_RETURN(auto hosted, net::host_coordinator(*d.sys, std::move(core), host));
+    d.coordinator = hosted.coordinator;
+    d.gate = hosted.gate;
+    d.job_coordinator = d.coordinator;
+  } else {
+    net::ConnectOptions c;
+    c.where = where;
+    c.rendezvous_file = options.rendezvous_file;
+    c.source = where_source;
+    c.tls = net::use_tls(where.host, options.force_tls);
+    c.token = token;
+    c.rank = ranks.empty() ? 0 : ranks.front();
+    c.timeout_ms = options.join_timeout_ms;
+    SY_ASSIGN_OR_RETURN(d.job_coordinator, net::connect_coordinator(*d.sys, c));
+  }
+
+  // Every hosted rank joins through its loader actor (so the coordinator monitors it), all
+  // at once: a join is answered when the whole world has joined.
   caf::scoped_actor self{*d.sys};
+  Impl* impl = &d;
+  LoaderActorOptions lopts;
+  lopts.on_abort = [impl](Status why) { impl->stop_job(std::move(why)); };
+  lopts.join_timeout_ms = options.join_timeout_ms + 10000;
+  for (auto r : ranks) d.ranks[r].loader = spawn_loader_actor(*d.sys, r, d.job_coordinator, lopts);
+  using JoinHandle = decltype(self->request(std::declval<loader_actor>(),
+                                            std::chrono::milliseconds(1), JoinRequest{}));
+  std::vector<JoinHandle> joins;
+  std::vector<Status> joined(ranks.size());
   for (auto r : ranks) {
-    RankRoles roles;
-    // Join first: the coordinator checks this rank against the job before it gets workers.
-    Status joined;
-    self->request(d.coordinator, std::chrono::seconds(30),
-                  JoinRequest{r, options.workers, job->manifest->fingerprint})
-        .receive([&](const JobInfo&) {}, [&](const caf::error& err) { joined = from_error(err); });
-    SY_RETURN_IF_ERROR(joined);
-    roles.loader = spawn_loader_actor(*d.sys, r, d.coordinator);
+    JoinRequest req{r, options.workers, job->manifest->fingerprint, job->info(),
+                    options.restart_count};
+    joins.push_back(self->request(d.ranks[r].loader,
+                                  std::chrono::milliseconds(lopts.join_timeout_ms + 5000), req));
+  }
+  for (size_t i = 0; i < joins.size(); ++i)
+    joins[i].receive([&](const JobInfo&) {},
+                     [&](const caf::error& err) { joined[i] = from_error(err); });
+  for (const auto& st : joined)
+    if (!st.is_ok()) {
+      (void)cluster->shutdown();
+      return st;
+    }
+  for (auto r : ranks) {
+    RankRoles& roles = d.ranks[r];
     for (uint32_t w = 0; w < options.workers; ++w)
       roles.workers.push_back(spawn_worker(*d.sys, job, r, w));
-    roles.dispatcher = spawn_dispatcher(*d.sys, job, r, d.coordinator, roles.workers, roles.loader);
-    roles.checkpoint = spawn_checkpoint_actor(*d.sys, job, r, d.coordinator, roles.dispatcher);
-    d.ranks[r] = std::move(roles);
+    roles.dispatcher =
+        spawn_dispatcher(*d.sys, job, r, d.job_coordinator, roles.workers, roles.loader);
+    roles.checkpoint = spawn_checkpoint_actor(*d.sys, job, r, d.job_coordinator, roles.dispatcher);
   }
   return cluster;
 }
@@ -203,15 +311,7 @@ std::vector<RoleSnapshot> Cluster::snapshot() {
   return out;
 }
 
-void Cluster::interrupt() {
-  auto& d = *impl_;
-  std::lock_guard<std::mutex> lock(d.mu);
-  for (auto& [r, roles] : d.ranks) {
-    for (auto& weak : roles.channels)
-      if (auto ch = weak.lock()) ch->cancel();
-    if (auto route = roles.route.lock()) route->cancel();
-  }
-}
+void Cluster::interrupt() { impl_->cancel_epochs(); }
 
 Status Cluster::shutdown() {
   auto& d = *impl_;
@@ -223,6 +323,36 @@ Status Cluster::shutdown() {
   interrupt();
   {
     caf::scoped_actor self{*d.sys};
+    if (d.networked && d.job_coordinator) {
+      // Each hosted rank leaves the job: done, or with the error its trainer met, which stops
+      // the other ranks. A rank that goes without leaving is lost, and stops them too.
+      const Status failure = d.job_failure();
+      for (auto& [r, roles] : d.ranks) {
+        if (!failure.is_ok()) break;  // the job is over; nobody waits for this rank
+        Status error;
+        {
+          std::lock_guard<std::mutex> lock(d.mu);
+          if (auto it = d.rank_errors.find(r); it != d.rank_errors.end()) error = it->second;
+        }
+        self->request(d.job_coordinator, std::chrono::seconds(10),
+                      RankLeave{r, error.is_ok(), error.is_ok() ? "" : error.to_string()})
+            .receive([](const LeaveAck&) {}, [](const caf::error&) {});
+      }
+      // The process hosting the coordinator keeps it until the other ranks have left too:
+      // they lose it with this process.
+      if (d.gate && failure.is_ok()) {
+        self->request(d.coordinator, std::chrono::milliseconds(d.options.leave_timeout_ms),
+                      AwaitLeaves{})
+            .receive([](const LeaveAck&) {},
+                     [&](const caf::error& err) {
+                       if (err == caf::sec::request_timeout)
+                         std::fprintf(stderr,
+                                      "shardyard: warning: not every rank left within %u s; "
+                                      "stopping the coordinator\n",
+                                      d.options.leave_timeout_ms / 1000);
+                     });
+      }
+    }
     auto stop = [&](auto handle, const std::string& what) {
       if (!handle) return;
       self->request(handle, std::chrono::seconds(30), ShutdownRequest{"cluster shutdown"})
@@ -239,8 +369,10 @@ Status Cluster::shutdown() {
       for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
       stop(roles.loader, "loader of rank " + std::to_string(r));
     }
+    if (d.gate) stop(d.gate, "the coordinator's gate");
     stop(d.coordinator, "coordinator");
   }
+  if (d.gate) net::remove_rendezvous(d.options.rendezvous_file);
   {
     std::lock_guard<std::mutex> lock(d.mu);
     for (auto& [r, roles] : d.ranks) {
@@ -252,7 +384,10 @@ Status Cluster::shutdown() {
     }
   }
   d.coordinator = nullptr;
+  d.gate = nullptr;
+  d.job_coordinator = nullptr;
   d.sys.reset();  // waits for every actor to finish
+  d.tls.reset();
   return result;
 }
 
@@ -424,6 +559,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   stop_epoch();
   auto& d = *cluster_->impl_;
   if (d.stopped) return cancelled("the cluster was shut down");
+  if (Status why = d.job_failure(); !why.is_ok()) return failed(why);
   dispatcher_actor dispatcher;
   loader_actor cursor_keeper;
   {
@@ -472,7 +608,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   if (!ticket.is_ok()) {
     for (auto& c : channels) c->cancel();
     if (route) route->cancel();
-    return ticket.status();
+    return failed(ticket.status());
   }
   {
     std::lock_guard<std::mutex> lock(d.mu);
@@ -531,6 +667,16 @@ Status Loader::start_epoch(uint32_t epoch) {
   return Status::ok();
 }
 
+Status Loader::failed(Status st) {
+  auto& d = *cluster_->impl_;
+  // A job that stopped under this rank (a rank lost, the coordinator gone) is why its epoch
+  // was cancelled: say that, not "cancelled".
+  if (Status why = d.job_failure(); !why.is_ok()) st = why;
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.rank_errors.emplace(rank_, st);
+  return st;
+}
+
 Result<std::optional<Batch>> Loader::next() {
   if (!epoch_) return invalid_argument("next() before start_epoch()");
   auto& e = *epoch_;
@@ -559,8 +705,8 @@ Result<std::optional<Batch>> Loader::next() {
   // rather than what the zeros broke downstream.
   if (Status fault = io::mapping_fault(); !fault.is_ok()) b = fault;
   if (!b.is_ok()) {
-    e.error = b.status();
-    return b;
+    e.error = failed(b.status());
+    return e.error;
   }
   if (!b->has_value()) {
     e.finished = true;
@@ -591,6 +737,7 @@ Status Loader::save(const std::string& dir) {
     return Status(e.error.code(), "cannot save a failed epoch: " + e.error.message());
   auto& d = *cluster_->impl_;
   if (d.stopped) return cancelled("the cluster was shut down");
+  if (Status why = d.job_failure(); !why.is_ok()) return failed(why);
   if (d.job->dispatch != Dispatch::kNone && d.options.order != Order::kExact)
     return invalid_argument(
         "a checkpoint needs order=exact when a dispatcher routes items: with as_completed "
@@ -627,6 +774,8 @@ Status Loader::save(const std::string& dir) {
                                         dir + " timed out: every rank must call save() at step " +
                                         std::to_string(e.next_step));
                });
+  if (!result.is_ok())
+    if (Status why = d.job_failure(); !why.is_ok()) result = why;
   return result;
 }
 
@@ -646,7 +795,10 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
                 RestoreRequest{dir})
       .receive([&](ResumeGrant& g) { grant = std::move(g); },
                [&](const caf::error& err) { grant = from_error(err); });
-  if (!grant.is_ok()) return grant.status();
+  if (!grant.is_ok()) {
+    if (Status why = d.job_failure(); !why.is_ok()) return why;
+    return grant.status();
+  }
   auto r = std::make_unique<Restored>();
   r->point = ResumePoint{grant->epoch, grant->partial ? grant->step : 0, grant->generation,
                          grant->rescaled};

@@ -26,119 +26,7 @@ Status from_error(const caf::error& err) {
   return unavailable(caf::to_string(err));
 }
 
-// ---- coordinator -------------------------------------------------------------------------
-
 namespace {
-
-struct CoordinatorActorState {
-  std::unique_ptr<CoordinatorState> core;
-  // Ranks of the pending cut waiting for its commit, with the generation they saved.
-  std::vector<std::pair<uint64_t, caf::typed_response_promise<CheckpointCommitted>>> waiting;
-  static inline const char* name = "shardyard.coordinator";
-};
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// The coordinator's committer: writes CHECKPOINT on its own thread and reports back. (The
-// arguments come through spawn, not a capture: CAF 0.17 dereferences a null argument tuple
-// for argument-less function actors.)
-void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, std::string dir,
-               CheckpointManifest manifest) {
-  Status st = io::commit_checkpoint(dir, manifest);
-  self->send(coordinator, CommitOutcome{manifest.generation, st.is_ok(),
-                                        st.is_ok() ? std::string() : st.to_string()});
-}
-
-coordinator_actor::behavior_type coordinator_fn(
-    coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job) {
-  self->state.core = std::make_unique<CoordinatorState>(std::move(job));
-  return {
-      [=](const JoinRequest& req) -> caf::result<JobInfo> {
-        auto r = self->state.core->join(req);
-        if (!r.is_ok()) return to_error(r.status());
-        return r.value();
-      },
-      [=](const EpochKeyRequest& req) -> EpochKey {
-        return self->state.core->epoch_key(req.epoch);
-      },
-      [=](const RankEpochDone& done) { self->state.core->rank_done(done); },
-      [=](const CheckpointBegin& begin) -> caf::result<CheckpointGeneration> {
-        auto g = self->state.core->begin_save(begin);
-        if (!g.is_ok()) return to_error(g.status());
-        // Ranks still waiting on an abandoned cut learn that it will never commit.
-        auto& waiting = self->state.waiting;
-        for (auto it = waiting.begin(); it != waiting.end();) {
-          if (it->first == *g) {
-            ++it;
-            continue;
-          }
-          it->second.deliver(
-              to_error(cancelled("the checkpoint of generation " + std::to_string(it->first) +
-                                 " was abandoned for a newer cut")));
-          it = waiting.erase(it);
-        }
-        return CheckpointGeneration{*g};
-      },
-      [=](const RankSaved& saved) -> caf::typed_response_promise<CheckpointCommitted> {
-        auto rp = self->make_response_promise<CheckpointCommitted>();
-        auto m = self->state.core->rank_saved(saved, unix_ms());
-        if (!m.is_ok()) {
-          rp.deliver(to_error(m.status()));
-          return rp;
-        }
-        self->state.waiting.emplace_back(saved.generation, rp);
-        if (m->has_value()) {
-          // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
-          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, saved.dir, std::move(**m));
-        }
-        return rp;
-      },
-      [=](const RankSaveFailed& failed) {
-        Status error = self->state.core->save_failed(failed);
-        if (error.is_ok()) return;  // not the pending cut
-        // Every rank waiting for this cut's commit learns now, not at its timeout.
-        auto& waiting = self->state.waiting;
-        for (auto it = waiting.begin(); it != waiting.end();) {
-          if (it->first != failed.generation) {
-            ++it;
-            continue;
-          }
-          it->second.deliver(to_error(error));
-          it = waiting.erase(it);
-        }
-      },
-      [=](const CommitOutcome& outcome) {
-        self->state.core->save_finished();
-        auto& waiting = self->state.waiting;
-        for (auto& [gen, rp] : waiting) {
-          if (outcome.ok && gen == outcome.generation) {
-            rp.deliver(CheckpointCommitted{gen});
-          } else {
-            rp.deliver(to_error(io_error("checkpoint generation " + std::to_string(gen) +
-                                         " was not committed: " + outcome.error)));
-          }
-        }
-        waiting.clear();
-      },
-      [=](const ResumeOffer& offer) -> caf::result<ResumeGrant> {
-        auto g = self->state.core->resume(offer);
-        if (!g.is_ok()) return to_error(g.status());
-        return std::move(g).value();
-      },
-      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
-      [=](const ShutdownRequest&) -> ShutdownAck {
-        for (auto& [gen, rp] : self->state.waiting)
-          rp.deliver(to_error(cancelled("the coordinator shut down during a checkpoint")));
-        self->state.waiting.clear();
-        self->quit();
-        return ShutdownAck{"coordinator", 0, 0};
-      },
-  };
-}
 
 // ---- worker ------------------------------------------------------------------------------
 
@@ -297,18 +185,16 @@ dispatcher_actor::behavior_type dispatcher_fn(
 struct LoaderActorState {
   uint32_t rank = 0;
   coordinator_actor coordinator;
+  std::function<void(Status)> on_abort;
   StepReport cursor;
   uint64_t produced = 0, bytes = 0;
   uint32_t failures = 0;
   std::string state = "idle";
+  bool aborted = false;
   static inline const char* name = "shardyard.loader";
 };
 
 }  // namespace
-
-coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job) {
-  return sys.spawn(coordinator_fn, std::move(job));
-}
 
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
                           uint32_t worker) {
@@ -323,11 +209,41 @@ dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const 
 }
 
 namespace {
+void abort_rank(loader_actor::stateful_pointer<LoaderActorState> self, Status why) {
+  auto& st = self->state;
+  if (st.aborted) return;
+  st.aborted = true;
+  st.state = "failed";
+  if (st.on_abort) st.on_abort(std::move(why));
+}
+
 loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActorState> self,
-                                      uint32_t rank, coordinator_actor coordinator) {
+                                      uint32_t rank, coordinator_actor coordinator,
+                                      LoaderActorOptions options) {
   self->state.rank = rank;
   self->state.coordinator = coordinator;
+  self->state.on_abort = options.on_abort;
+  // The coordinator is this rank's lifeline: when it goes (its process died, its connection
+  // broke, or it stopped answering heartbeats), the rank cannot go on.
+  self->monitor(coordinator);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    if (dm.source != self->state.coordinator.address()) return;
+    abort_rank(self, unavailable("rank " + std::to_string(rank) + " lost the job's coordinator (" +
+                                 self->system().render(dm.reason) + ")"));
+  });
   return {
+      // The owner's join goes through this actor, so that the coordinator monitors it.
+      [=](const JoinRequest& req) -> caf::typed_response_promise<JobInfo> {
+        auto rp = self->make_response_promise<JobInfo>();
+        self->request(self->state.coordinator, std::chrono::milliseconds(options.join_timeout_ms),
+                      req)
+            .then([=](const JobInfo& job) mutable { rp.deliver(job); },
+                  [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+      [=](const JobAborted& aborted) {
+        abort_rank(self, unavailable("the job stopped: " + aborted.reason));
+      },
       [=](const StepReport& r) {
         self->state.state = "running";
         self->state.cursor = r;
@@ -356,7 +272,9 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
         return s;
       },
       [=](const ShutdownRequest&) -> ShutdownAck {
+        self->demonitor(self->state.coordinator.address());
         self->state.coordinator = nullptr;
+        self->state.on_abort = nullptr;
         self->quit();
         return ShutdownAck{"loader", rank, 0};
       },
@@ -365,8 +283,8 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
 }  // namespace
 
 loader_actor spawn_loader_actor(caf::actor_system& sys, uint32_t rank,
-                                coordinator_actor coordinator) {
-  return sys.spawn(loader_fn, rank, std::move(coordinator));
+                                coordinator_actor coordinator, LoaderActorOptions options) {
+  return sys.spawn(loader_fn, rank, std::move(coordinator), std::move(options));
 }
 
 }  // namespace shardyard::actors

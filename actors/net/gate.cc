@@ -19,7 +19,7 @@ struct Pending {
 struct GateState {
   coordinator_actor coordinator;
   GateOptions options;
-  std::map<caf::node_id, Pending> challenged;          // by the node that said Hello
+  std::map<caf::node_id, Pending> challenged;           // by the node that said Hello
   std::map<caf::node_id, std::set<uint32_t>> admitted;  // nodes and the ranks they proved
   static inline const char* name = "shardyard.gate";
 };
@@ -84,11 +84,12 @@ gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinat
                                   GateOptions options) {
   self->state.coordinator = std::move(coordinator);
   self->state.options = std::move(options);
-  self->set_default_handler([=](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
+  self->set_default_handler([=](caf::scheduled_actor* s,
+                                caf::message_view& x) -> caf::result<caf::message> {
     std::string what = x.content().stringify();
     if (what.size() > 200) what = what.substr(0, 200) + "...";
-    log_line(self, "dropped an unexpected message from " + peer_name(s->current_sender()) +
-                       ": " + what);
+    log_line(self,
+             "dropped an unexpected message from " + peer_name(s->current_sender()) + ": " + what);
     // A request gets an error; a one-way message nothing (an error sent back to a one-way
     // message would make a well-meaning peer's actor quit, CAF's default error handler).
     if (s->current_message_id().is_request()) return caf::sec::unexpected_message;
@@ -121,8 +122,8 @@ gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinat
         self->state.challenged.erase(it);
         const std::string node = caf::to_string(sender->node());
         const std::string& token = self->state.options.token;
-        if (!same_proof(proof.proof, auth_proof(token, "rank", p.server_nonce, p.client_nonce,
-                                                node, proof.rank)))
+        if (!same_proof(proof.proof, auth_proof(token, "rank", p.server_nonce, p.client_nonce, node,
+                                                proof.rank)))
           return refuse(self, "a process claiming rank " + std::to_string(proof.rank) +
                                   " cannot prove the job's token (is SHARDYARD_TOKEN_FILE the "
                                   "job's?)");
@@ -149,15 +150,21 @@ gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinat
       [=](const SnapshotRequest& m) -> caf::result<ActorSnapshot> {
         return pass<ActorSnapshot>(self, m, kAnyRank);
       },
+      [=](const RankSaveFailed& m) -> caf::result<void> { return pass<void>(self, m, m.rank); },
+      [=](join_deadline_atom) -> caf::result<void> {
+        return refuse(self, "a coordinator's timer comes only from its own process");
+      },
       [=](const CommitOutcome&) -> caf::result<void> {
         return refuse(self, "a commit outcome comes only from the coordinator's own process");
       },
       [=](const AwaitLeaves& m) -> caf::result<LeaveAck> {
-        if (!local(self)) return refuse(self, "AwaitLeaves comes only from the coordinator's process");
+        if (!local(self))
+          return refuse(self, "AwaitLeaves comes only from the coordinator's process");
         return self->delegate(self->state.coordinator, m);
       },
       [=](const ShutdownRequest&) -> caf::result<ShutdownAck> {
-        if (!local(self)) return refuse(self, "a shutdown comes only from the coordinator's process");
+        if (!local(self))
+          return refuse(self, "a shutdown comes only from the coordinator's process");
         self->state.coordinator = nullptr;
         self->quit();
         return ShutdownAck{"gate", 0, 0};

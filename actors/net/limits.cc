@@ -74,6 +74,12 @@ Status check_limits(const RankLeave& m) {
   return Status::ok();
 }
 
+Status check_limits(const RankSaveFailed& m) {
+  SY_LIMIT("RankSaveFailed", "directory", m.dir.size(), kMaxNameBytes);
+  SY_LIMIT("RankSaveFailed", "error", m.error.size(), kMaxSpecBytes);
+  return Status::ok();
+}
+
 #undef SY_LIMIT
 
 }  // namespace shardyard::actors::net

@@ -12,10 +12,10 @@
 
 namespace shardyard::actors::net {
 
-inline constexpr size_t kMaxNameBytes = 4096;           // directories, node ids, reasons
-inline constexpr size_t kMaxSpecBytes = 1 << 20;        // a pipeline spec, an error text
-inline constexpr size_t kMaxStateBytes = 64u << 20;     // one stage state, one checkpoint file
-inline constexpr size_t kMaxEntries = 1u << 20;         // logical shards, ranks, workers
+inline constexpr size_t kMaxNameBytes = 4096;        // directories, node ids, reasons
+inline constexpr size_t kMaxSpecBytes = 1 << 20;     // a pipeline spec, an error text
+inline constexpr size_t kMaxStateBytes = 64u << 20;  // one stage state, one checkpoint file
+inline constexpr size_t kMaxEntries = 1u << 20;      // logical shards, ranks, workers
 inline constexpr size_t kNonceBytes = 32;
 
 Status check_limits(const Hello& m);
@@ -27,6 +27,7 @@ Status check_limits(const CheckpointBegin& m);
 Status check_limits(const RankSaved& m);
 Status check_limits(const ResumeOffer& m);
 Status check_limits(const RankLeave& m);
+Status check_limits(const RankSaveFailed& m);
 Status check_limits(const SnapshotRequest& m);
 
 }  // namespace shardyard::actors::net

@@ -1,15 +1,17 @@
 #include "actors/net/network.h"
 
-#include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "actors/net/job_secret.h"
 #include "actors/net/limits.h"
@@ -31,6 +33,34 @@ Result<HostPort> read_rendezvous(const std::string& file) {
 
 }  // namespace
 
+bool use_tls(const std::string& host, bool forced) { return forced || !is_loopback_host(host); }
+
+Result<std::unique_ptr<TlsIdentity>> TlsIdentity::create(const std::string& token) {
+  if (token.empty())
+    return invalid_argument("TLS needs the job's token (--token-file or SHARDYARD_TOKEN_FILE)");
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/shardyard-tls.XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr)
+    return io_error("cannot make a private folder for the job's TLS identity under " + pattern);
+  std::unique_ptr<TlsIdentity> id(new TlsIdentity(buf.data()));
+  SY_RETURN_IF_ERROR(write_tls_identity(token, id->dir()));
+  return id;
+}
+
+TlsIdentity::~TlsIdentity() {
+  std::remove((dir_ + "/job.pem").c_str());
+  std::remove((dir_ + "/job.key").c_str());
+  ::rmdir(dir_.c_str());
+}
+
+Result<std::string> job_token(const std::string& token, const std::string& token_file) {
+  if (!token.empty()) return token;
+  if (!token_file.empty()) return read_token_file(token_file);
+  return std::string();
+}
+
 void enable_network(caf::actor_system_config& cfg, const NetOptions& o) {
   cfg.load<caf::io::middleman>();
   // As timespans: CAF 0.17 ignores these keys set as strings or integers (heartbeats off).
@@ -46,8 +76,8 @@ void enable_network(caf::actor_system_config& cfg, const NetOptions& o) {
   }
 }
 
-Result<uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate,
-                              const HostPort& where, bool tls, const std::string& source) {
+Result<uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate, const HostPort& where,
+                              bool tls, const std::string& source) {
   const char* in = where.host.c_str();
   auto port = tls ? caf::openssl::publish(gate, where.port, in, false)
                   : sys.middleman().publish(gate, where.port, in, false);
@@ -84,7 +114,8 @@ Result<coordinator_actor> connect_coordinator(caf::actor_system& sys, const Conn
     }
     if (where.port != 0) {
       // One try, bounded by what is left; the middleman may keep the attempt pending past it.
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
       auto wait = std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(5000));
       self->request(mm, wait, caf::connect_atom::value, where.host, where.port)
           .receive(
@@ -112,12 +143,12 @@ Result<coordinator_actor> connect_coordinator(caf::actor_system& sys, const Conn
                [&](caf::error& err) { challenge = from_error(err); });
   if (!challenge.is_ok())
     return Status(challenge.status().code(), "the coordinator at " + where.to_string() +
-                                                 " refused rank " + std::to_string(c.rank) +
-                                                 ": " + challenge.status().message());
+                                                 " refused rank " + std::to_string(c.rank) + ": " +
+                                                 challenge.status().message());
   if (challenge->server_nonce.size() != kNonceBytes)
     return invalid_argument("the peer at " + where.to_string() + " is no shardyard coordinator");
-  const std::string proof = auth_proof(c.token, "rank", challenge->server_nonce, client_nonce,
-                                       challenge->node, c.rank);
+  const std::string proof =
+      auth_proof(c.token, "rank", challenge->server_nonce, client_nonce, challenge->node, c.rank);
   Result<Admitted> admitted = internal_error("no answer to the proof");
   self->request(gate, step, Proof{c.rank, proof})
       .receive([&](Admitted& a) { admitted = std::move(a); },

@@ -16,6 +16,7 @@
 #include <caf/all.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actors/net/gate.h"
@@ -32,14 +33,34 @@ struct NetOptions {
   std::string tls_dir;  // job.pem and job.key (write_tls_identity)
 };
 
+// Whether a connection to or from `host` uses TLS: always off loopback; on loopback when
+// `forced` (SHARDYARD_TLS=1, for tests and the cautious).
+bool use_tls(const std::string& host, bool forced);
+
+// A private folder (0700) holding the job's TLS identity (write_tls_identity), removed when
+// the object goes.
+class TlsIdentity {
+ public:
+  static Result<std::unique_ptr<TlsIdentity>> create(const std::string& token);
+  ~TlsIdentity();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit TlsIdentity(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+// The job's token: `token` itself, else the first line of `token_file`, else empty.
+Result<std::string> job_token(const std::string& token, const std::string& token_file);
+
 // Loads the middleman (and with tls the OpenSSL manager with the job's identity) and sets
 // the heartbeat. Call before the actor_system is made.
 void enable_network(caf::actor_system_config& cfg, const NetOptions& options);
 
 // Publishes the gate at `where` (port 0: a free port); returns the bound port. An address in
 // use is an error that names it and the variable that chose it.
-Result<uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate,
-                              const HostPort& where, bool tls, const std::string& source);
+Result<uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate, const HostPort& where,
+                              bool tls, const std::string& source);
 
 struct ConnectOptions {
   HostPort where;               // the coordinator's address (port 0 with a rendezvous file)

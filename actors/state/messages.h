@@ -13,6 +13,10 @@
 
 namespace shardyard::actors {
 
+// The version of this protocol. A rank joins only a coordinator of the same version
+// (JoinRequest); change it with any change of a message's fields or meaning.
+inline constexpr uint32_t kProtocolVersion = 1;
+
 // What defines a job; the coordinator hands it to every rank that joins.
 struct JobInfo {
   uint64_t fingerprint = 0;  // manifest fingerprint
@@ -39,7 +43,7 @@ struct JoinRequest {
   uint32_t rank = 0;
   uint32_t workers = 0;
   uint64_t fingerprint = 0;
-  JobInfo job;  // the job as this rank built it from its own options and manifest
+  JobInfo job;                 // the job as this rank built it from its own options and manifest
   uint32_t restart_count = 0;  // the launcher's restarts (TORCHELASTIC_RESTART_COUNT)
 };
 

@@ -149,6 +149,8 @@ Result<JobPlacement> resolve_placement(const EnvLookup& env, const std::string& 
       SY_ASSIGN_OR_RETURN(p.node_rank, number(env, conv->node_rank, 0));
     }
     p.job_id = job_id_of(env, p.launcher);
+    if (p.launcher == "Open MPI")
+      p.job_secret = env("OMPI_MCA_orte_precondition_transports").value_or("");
     SY_ASSIGN_OR_RETURN(p.restart_count, number(env, "TORCHELASTIC_RESTART_COUNT", 0));
   }
   // One node: the launcher says every rank is local (SLURM by its node count).
@@ -193,20 +195,20 @@ Result<JobPlacement> resolve_placement(const EnvLookup& env, const std::string& 
     p.coordinator_source =
         own ? "MASTER_ADDR and SHARDYARD_COORDINATOR_PORT" : "MASTER_ADDR and MASTER_PORT + 1";
   } else if (one_node && !p.job_id.empty() && !external) {
-    p.rendezvous_file = runtime_dir + "/" + file_safe(p.job_id) + ".coordinator";
+    // Open MPI gives every job a session folder of its own, which mpirun removes at the end.
+    auto session = p.launcher == "Open MPI" ? env("OMPI_MCA_orte_jobfam_session_dir")
+                                            : std::optional<std::string>();
+    p.rendezvous_file = session ? *session + "/shardyard-coordinator"
+                                : runtime_dir + "/" + file_safe(p.job_id) + ".coordinator";
     p.coordinator = HostPort{"127.0.0.1", 0};
     p.coordinator_source = "the rendezvous file " + p.rendezvous_file;
   } else {
-    return invalid_argument(
-        "rank " + std::to_string(p.rank) + " of " + std::to_string(p.world_size) + " (" +
-        p.launcher +
-        ") cannot find the job's coordinator: set SHARDYARD_COORDINATOR=HOST:PORT "
-        "(or MASTER_ADDR and MASTER_PORT) to the address rank 0 listens on" +
-        (one_node ? std::string(", or run under a launcher that names the job") : std::string()));
+    // No address: open() says what to set (a job of several processes needs one).
+    p.coordinator_source.clear();
   }
-  if (p.token.empty() && p.token_file.empty() && !p.job_id.empty() && !external &&
+  if (p.token.empty() && p.token_file.empty() && !external &&
       (p.coordinator.host.empty() || is_loopback_host(p.coordinator.host)))
-    p.token_from_job_id = true;
+    p.derived_token = !p.job_secret.empty() ? p.job_secret : p.job_id;
   return p;
 }
 

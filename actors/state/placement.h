@@ -54,22 +54,26 @@ struct JobPlacement {
   // The job's identity as the launcher names it (TORCHELASTIC_RUN_ID, the MPI job, the
   // SLURM job and step), empty when unknown; restarts counts torchrun's restarts.
   std::string job_id;
+  // A per-job random value the launcher gives every rank (Open MPI's
+  // OMPI_MCA_orte_precondition_transports), empty when it has none.
+  std::string job_secret;
   uint32_t restart_count = 0;
 
-  // Where the coordinator listens: set when an address was given or derived. Empty host
-  // with rendezvous_file set: one node, rank 0 binds a free loopback port and writes it to
-  // the file, the others read it there.
+  // Where the coordinator listens: set when an address was given or derived (host empty
+  // when none was: a Loader then says what to set). Port 0 with rendezvous_file set: one
+  // node, rank 0 binds a free loopback port and writes it to the file, the others read it.
   HostPort coordinator;
   std::string rendezvous_file;
   bool host_coordinator = false;   // this process publishes the coordinator
   std::string coordinator_source;  // which variable named it, for messages
 
   // The job's token: a file (SHARDYARD_TOKEN_FILE) or the value itself (SHARDYARD_TOKEN).
-  // Without either, job_id stands in on loopback (it keeps two jobs of one machine apart;
-  // it is no secret against the machine's other processes of the same user).
+  // Without either, on loopback, the launcher's job secret, else its job id, stands in
+  // (derived_token): it keeps two jobs of one machine apart, and it is no secret against the
+  // machine's other processes of the same user.
   std::string token_file;
   std::string token;
-  bool token_from_job_id = false;
+  std::string derived_token;
 };
 
 // Resolves the placement. `runtime_dir` is where rendezvous files go (see

@@ -33,8 +33,22 @@ class ProtocolTest : public ::testing::Test {
 };
 
 TEST_F(ProtocolTest, JobInfoRoundTrips) {
-  JobInfo j{0x1234567890abcdefULL, 999, 64, 256, 17,   true, true, "strided",
-            "contiguous",          8,   4,  256, false};
+  JobInfo j{0x1234567890abcdefULL,
+            999,
+            64,
+            256,
+            17,
+            true,
+            true,
+            "strided",
+            "contiguous",
+            8,
+            4,
+            256,
+            false,
+            "once/dedupe map/decode",
+            "round_robin",
+            "24:1 over 8-byte records"};
   auto o = round_trip(j);
   EXPECT_EQ(o.fingerprint, j.fingerprint);
   EXPECT_EQ(o.num_items, 999u);
@@ -43,6 +57,9 @@ TEST_F(ProtocolTest, JobInfoRoundTrips) {
   EXPECT_EQ(o.seed, 17u);
   EXPECT_TRUE(o.shuffle);
   EXPECT_TRUE(o.drop_last);
+  EXPECT_EQ(o.pipeline, "once/dedupe map/decode");
+  EXPECT_EQ(o.dispatch, "round_robin");
+  EXPECT_EQ(o.windows, "24:1 over 8-byte records");
   EXPECT_EQ(o.distributed_strategy, "strided");
   EXPECT_EQ(o.worker_strategy, "contiguous");
   EXPECT_EQ(o.world_size, 8u);
@@ -52,10 +69,25 @@ TEST_F(ProtocolTest, JobInfoRoundTrips) {
 }
 
 TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
-  auto jr = round_trip(JoinRequest{3, 5, 77});
+  JoinRequest join;
+  join.rank = 3;
+  join.workers = 5;
+  join.fingerprint = 77;
+  join.job.pipeline = "map/decode";
+  join.job.seed = 17;
+  join.restart_count = 2;
+  auto jr = round_trip(join);
   EXPECT_EQ(jr.rank, 3u);
   EXPECT_EQ(jr.workers, 5u);
   EXPECT_EQ(jr.fingerprint, 77u);
+  EXPECT_EQ(jr.job.pipeline, "map/decode");
+  EXPECT_EQ(jr.job.seed, 17u);
+  EXPECT_EQ(jr.restart_count, 2u);
+  auto hello = round_trip(Hello{kProtocolVersion, 4, std::string(32, 'n')});
+  EXPECT_EQ(hello.protocol_version, kProtocolVersion);
+  EXPECT_EQ(hello.client_nonce, std::string(32, 'n'));
+  EXPECT_EQ(round_trip(RankLeave{2, false, "why"}).error, "why");
+  EXPECT_EQ(round_trip(JobAborted{"rank 2 was lost"}).reason, "rank 2 was lost");
   EXPECT_EQ(round_trip(EpochKeyRequest{9}).epoch, 9u);
   auto k = round_trip(EpochKey{4, 0xfeedULL});
   EXPECT_EQ(k.epoch, 4u);
