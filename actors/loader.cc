@@ -240,25 +240,28 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
 
   // Every hosted rank joins through its loader actor (so the coordinator monitors it), all
   // at once: a join is answered when the whole world has joined.
-  caf::scoped_actor self{*d.sys};
   Impl* impl = &d;
   LoaderActorOptions lopts;
   lopts.on_abort = [impl](Status why) { impl->stop_job(std::move(why)); };
   lopts.join_timeout_ms = options.join_timeout_ms + 10000;
   for (auto r : ranks) d.ranks[r].loader = spawn_loader_actor(*d.sys, r, d.job_coordinator, lopts);
-  using JoinHandle = decltype(self->request(std::declval<loader_actor>(),
-                                            std::chrono::milliseconds(1), JoinRequest{}));
-  std::vector<JoinHandle> joins;
   std::vector<Status> joined(ranks.size());
-  for (auto r : ranks) {
-    JoinRequest req{r, options.workers, job->manifest->fingerprint, job->info(),
-                    options.restart_count};
-    joins.push_back(self->request(d.ranks[r].loader,
-                                  std::chrono::milliseconds(lopts.join_timeout_ms + 5000), req));
+  {
+    // (Scoped: shutdown() below waits for every actor, this one too.)
+    caf::scoped_actor self{*d.sys};
+    using JoinHandle = decltype(self->request(std::declval<loader_actor>(),
+                                              std::chrono::milliseconds(1), JoinRequest{}));
+    std::vector<JoinHandle> joins;
+    for (auto r : ranks) {
+      JoinRequest req{r, options.workers, job->manifest->fingerprint, job->info(),
+                      options.restart_count};
+      joins.push_back(self->request(d.ranks[r].loader,
+                                    std::chrono::milliseconds(lopts.join_timeout_ms + 5000), req));
+    }
+    for (size_t i = 0; i < joins.size(); ++i)
+      joins[i].receive([&](const JobInfo&) {},
+                       [&](const caf::error& err) { joined[i] = from_error(err); });
   }
-  for (size_t i = 0; i < joins.size(); ++i)
-    joins[i].receive([&](const JobInfo&) {},
-                     [&](const caf::error& err) { joined[i] = from_error(err); });
   for (const auto& st : joined)
     if (!st.is_ok()) {
       (void)cluster->shutdown();

@@ -119,6 +119,10 @@ struct DispatcherActorState {
   coordinator_actor coordinator;
   std::vector<worker_actor> workers;
   loader_actor loader;
+  // Epoch starts waiting for the coordinator's key: a request to a coordinator whose
+  // process died is never answered, so its loss answers them.
+  std::vector<std::pair<uint64_t, caf::typed_response_promise<EpochTicket>>> starting;
+  uint64_t next_start = 0;
   static inline const char* name = "shardyard.dispatcher";
 };
 
@@ -130,12 +134,34 @@ dispatcher_actor::behavior_type dispatcher_fn(
   self->state.coordinator = coordinator;
   self->state.workers = std::move(workers);
   self->state.loader = loader;
+  self->monitor(coordinator);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    if (dm.source != self->state.coordinator.address()) return;
+    for (auto& [token, rp] : self->state.starting)
+      rp.deliver(
+          to_error(unavailable("rank " + std::to_string(rank) + " lost the job's coordinator (" +
+                               self->system().render(dm.reason) + ")")));
+    self->state.starting.clear();
+  });
   return {
       [=](const EpochStart& start) -> caf::typed_response_promise<EpochTicket> {
         auto rp = self->make_response_promise<EpochTicket>();
+        const uint64_t token = ++self->state.next_start;
+        self->state.starting.emplace_back(token, rp);
+        // True for the first of the key's answer and the coordinator's loss, which answers.
+        auto settled = [=]() {
+          auto& v = self->state.starting;
+          for (auto it = v.begin(); it != v.end(); ++it)
+            if (it->first == token) {
+              v.erase(it);
+              return true;
+            }
+          return false;
+        };
         self->request(self->state.coordinator, caf::infinite, EpochKeyRequest{start.epoch})
             .then(
                 [=](const EpochKey& key) mutable {
+                  if (!settled()) return;
                   auto a = self->state.core->start_epoch(start, key);
                   if (!a.is_ok()) {
                     rp.deliver(to_error(a.status()));
@@ -161,7 +187,9 @@ dispatcher_actor::behavior_type dispatcher_fn(
                                                std::move(*a->feed));
                   rp.deliver(a->ticket);
                 },
-                [=](const caf::error& err) mutable { rp.deliver(err); });
+                [=](const caf::error& err) mutable {
+                  if (settled()) rp.deliver(err);
+                });
         return rp;
       },
       [=](const ResumeGrant& grant) -> ResumeAck {
