@@ -5,10 +5,6 @@
 // once the coordinator has committed CHECKPOINT for every rank. Restore: read the files,
 // offer their bytes to the coordinator, pass its grant to the rank's dispatcher, and
 // answer the loader with the grant. docs/protocol.md has the sequence.
-#include <chrono>
-#include <cstdlib>
-#include <thread>
-
 #include "actors/roles.h"
 #include "io/persist/checkpoint_store.h"
 #include "runtime/checkpoint.h"
@@ -28,16 +24,6 @@ struct CheckpointActorState {
   double last_write_ms = 0;
   static inline const char* name = "shardyard.checkpoint";
 };
-
-// Fault injection for tests: SHARDYARD_FAULT_CHECKPOINT_DELAY_MS holds a save between a
-// rank's durable file and the commit, so a test can kill the process inside a save.
-void fault_delay() {
-  static const long ms = [] {
-    const char* v = std::getenv("SHARDYARD_FAULT_CHECKPOINT_DELAY_MS");
-    return v ? std::strtol(v, nullptr, 10) : 0L;
-  }();
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
 
 RankCheckpoint rank_checkpoint(const SaveRequest& req, uint32_t rank, uint64_t generation,
                                uint64_t fingerprint) {
@@ -65,6 +51,8 @@ checkpoint_actor::behavior_type checkpoint_fn(
   self->state.coordinator = coordinator;
   self->state.dispatcher = dispatcher;
   const uint64_t fingerprint = job->manifest->fingerprint;
+  const std::chrono::milliseconds barrier{job->checkpoint_timeout_ms};
+  const std::string coordinator_name = "the coordinator";
   return {
       [=](const SaveRequest& req) -> caf::typed_response_promise<SaveDone> {
         auto rp = self->make_response_promise<SaveDone>();
@@ -72,35 +60,33 @@ checkpoint_actor::behavior_type checkpoint_fn(
           rp.deliver(to_error(invalid_argument("malformed save request")));
           return rp;
         }
-        auto proposed = io::next_generation(req.dir);
+        auto proposed = io::next_generation(*job->fs, req.dir);
         if (!proposed.is_ok()) {
           rp.deliver(to_error(proposed.status()));
           return rp;
         }
         self->state.state = "saving";
         CheckpointBegin begin{rank, req.dir, req.epoch, req.step, *proposed};
-        self->request(self->state.coordinator, caf::infinite, begin)
+        self->request(self->state.coordinator, kReplyTimeout, begin)
             .then(
                 [=](const CheckpointGeneration& g) mutable {
-                  auto t0 = std::chrono::steady_clock::now();
+                  const int64_t t0 = job->clock->steady_ns();
                   const std::string name = io::rank_file_name(rank, g.generation);
                   const std::string bytes =
                       encode_rank_checkpoint(rank_checkpoint(req, rank, g.generation, fingerprint));
-                  Status st = io::write_checkpoint_file(req.dir, name, bytes);
-                  self->state.last_write_ms = std::chrono::duration<double, std::milli>(
-                                                  std::chrono::steady_clock::now() - t0)
-                                                  .count();
+                  Status st = io::write_checkpoint_file(*job->fs, req.dir, name, bytes);
+                  self->state.last_write_ms = (job->clock->steady_ns() - t0) / 1e6;
                   if (!st.is_ok()) {
                     self->state.state = "failed";
                     rp.deliver(to_error(st));
                     return;
                   }
-                  fault_delay();
                   RankSaved saved{rank,     req.dir,      g.generation,        req.epoch,
                                   req.step, req.steps,    req.layout_step0,    req.epoch_complete,
                                   name,     bytes.size(), file_checksum(bytes)};
                   const uint64_t size = bytes.size();
-                  self->request(self->state.coordinator, caf::infinite, saved)
+                  // The barrier: the reply comes once every rank saved this cut.
+                  self->request(self->state.coordinator, barrier, saved)
                       .then(
                           [=](const CheckpointCommitted& c) mutable {
                             self->state.state = "idle";
@@ -111,39 +97,46 @@ checkpoint_actor::behavior_type checkpoint_fn(
                           },
                           [=](const caf::error& err) mutable {
                             self->state.state = "failed";
-                            rp.deliver(err);
+                            rp.deliver(to_error(
+                                request_failed(err, coordinator_name, "RankSaved", barrier)));
                           });
                 },
                 [=](const caf::error& err) mutable {
                   self->state.state = "failed";
-                  rp.deliver(err);
+                  rp.deliver(to_error(
+                      request_failed(err, coordinator_name, "CheckpointBegin", kReplyTimeout)));
                 });
         return rp;
       },
       [=](const RestoreRequest& req) -> caf::typed_response_promise<ResumeGrant> {
         auto rp = self->make_response_promise<ResumeGrant>();
-        auto files = io::read_checkpoint_files(req.dir);
+        auto files = io::read_checkpoint_files(*job->fs, req.dir);
         if (!files.is_ok()) {
           rp.deliver(to_error(files.status()));
           return rp;
         }
         self->state.state = "restoring";
         ResumeOffer offer{rank, req.dir, std::move(files->manifest), std::move(files->rank_files)};
-        self->request(self->state.coordinator, caf::infinite, std::move(offer))
+        self->request(self->state.coordinator, kReplyTimeout, std::move(offer))
             .then(
                 [=](const ResumeGrant& grant) mutable {
-                  self->request(self->state.dispatcher, caf::infinite, grant)
+                  self->request(self->state.dispatcher, kReplyTimeout, grant)
                       .then(
                           [=](const ResumeAck&) mutable {
                             self->state.state = "idle";
                             self->state.generation = grant.generation;
                             rp.deliver(grant);
                           },
-                          [=](const caf::error& err) mutable { rp.deliver(err); });
+                          [=](const caf::error& err) mutable {
+                            rp.deliver(to_error(request_failed(
+                                err, "the dispatcher of rank " + std::to_string(rank),
+                                "ResumeGrant", kReplyTimeout)));
+                          });
                 },
                 [=](const caf::error& err) mutable {
                   self->state.state = "failed";
-                  rp.deliver(err);
+                  rp.deliver(to_error(
+                      request_failed(err, coordinator_name, "ResumeOffer", kReplyTimeout)));
                 });
         return rp;
       },

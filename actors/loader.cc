@@ -11,8 +11,8 @@
 #include "actors/roles.h"
 #include "actors/state/job.h"
 #include "actors/state/merger.h"
+#include "io/format/manifest_scan.h"
 #include "io/format/record_scan.h"
-#include "io/remote/remote_file_system.h"
 
 namespace shardyard {
 
@@ -72,9 +72,10 @@ struct RankRoles {
 
 struct Cluster::Impl {
   LoaderOptions options;
-  io::ScanReport report;
+  Env* env = nullptr;
+  ScanReport report;
   std::shared_ptr<const JobData> job;
-  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system_config> cfg;  // outlives sys, which refers to it
   std::unique_ptr<caf::actor_system> sys;
   coordinator_actor coordinator;
   std::map<uint32_t, RankRoles> ranks;
@@ -87,7 +88,7 @@ Cluster::Cluster() : impl_(std::make_unique<Impl>()) {}
 Cluster::~Cluster() { (void)shutdown(); }
 
 const Manifest& Cluster::manifest() const { return *impl_->job->manifest; }
-const io::ScanReport& Cluster::scan_report() const { return impl_->report; }
+const ScanReport& Cluster::scan_report() const { return impl_->report; }
 const LoaderOptions& Cluster::options() const { return impl_->options; }
 uint32_t Cluster::logical_shards() const { return impl_->job->shards.count(); }
 
@@ -107,7 +108,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   scan.threads = options.scan_threads;
   if (options.use_manifest_cache)
     scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
-  auto& fs = options.file_system ? *options.file_system : io::default_file_system();
+  d.env = options.env ? options.env : Env::Default();
+  auto& fs = *d.env->file_system();
   Manifest manifest;
   if (options.windows.enabled()) {
     // Stat calls only, never cached: cheaper than reading a cache (io/format/record_scan.h).
@@ -116,32 +118,42 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   } else {
     SY_ASSIGN_OR_RETURN(manifest, io::build_manifest(fs, options.sources, scan, &d.report));
   }
-  SY_ASSIGN_OR_RETURN(auto job,
-                      make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
-                               options.pipeline, Topology{options.world_size, options.workers},
-                               options.batch_size, &fs, options.dispatch, options.prefetch_shards));
-  job->exact_order = options.order == Order::kExact;
-  job->route_key_field = options.route_key_field;
-  d.job = job;
+  JobOptions jo;
+  jo.manifest = std::make_shared<const Manifest>(std::move(manifest));
+  jo.plan = options.plan;
+  jo.pipeline = options.pipeline;
+  jo.topology = Topology{options.world_size, options.workers};
+  jo.batch_size = options.batch_size;
+  jo.exact_order = options.order == Order::kExact;
+  jo.dispatch = options.dispatch;
+  jo.prefetch_shards = options.prefetch_shards;
+  jo.route_key_field = options.route_key_field;
+  jo.checkpoint_timeout_ms = options.checkpoint_timeout_ms;
+  jo.fs = &fs;
+  jo.clock = d.env->clock();
+  jo.data_plane = d.env->new_data_plane();
+  SY_ASSIGN_OR_RETURN(d.job, make_job(std::move(jo)));
+  const auto& job = d.job;
 
-  register_protocol(d.cfg);
-  // Workers are detached (own threads); the event-based roles handle a few messages per
-  // epoch, so they get two scheduler threads that block when idle ("sharing") instead of
-  // the work-stealing threads that poll every 50 us and took a tenth of the CPU of a run.
-  d.cfg.set("scheduler.max-threads", 2);
-  d.cfg.set("scheduler.policy", caf::atom("sharing"));
-  d.cfg.set("logger.verbosity", caf::atom("quiet"));
-  d.sys = std::make_unique<caf::actor_system>(d.cfg);
-  d.coordinator = spawn_coordinator(*d.sys, job->info());
+  // The Env's configuration (actors/system_config.h by default); the messages are registered
+  // whatever it is (registering twice changes nothing).
+  d.cfg = d.env->new_actor_system_config();
+  if (!d.cfg) return invalid_argument("the Env made no actor system configuration");
+  register_protocol(*d.cfg);
+  d.sys = std::make_unique<caf::actor_system>(*d.cfg);
+  d.coordinator = spawn_coordinator(*d.sys, job->info(), *job->fs, *job->clock);
 
   caf::scoped_actor self{*d.sys};
   for (auto r : ranks) {
     RankRoles roles;
     // Join first: the coordinator checks this rank against the job before it gets workers.
     Status joined;
-    self->request(d.coordinator, std::chrono::seconds(30),
+    self->request(d.coordinator, kJoinTimeout,
                   JoinRequest{r, options.workers, job->manifest->fingerprint})
-        .receive([&](const JobInfo&) {}, [&](const caf::error& err) { joined = from_error(err); });
+        .receive([&](const JobInfo&) {},
+                 [&](const caf::error& err) {
+                   joined = request_failed(err, "the coordinator", "JoinRequest", kJoinTimeout);
+                 });
     SY_RETURN_IF_ERROR(joined);
     roles.loader = spawn_loader_actor(*d.sys, r, d.coordinator);
     for (uint32_t w = 0; w < options.workers; ++w)
@@ -171,7 +183,7 @@ std::vector<RoleSnapshot> Cluster::snapshot() {
   if (d.stopped) return out;
   caf::scoped_actor self{*d.sys};
   auto ask = [&](auto handle) {
-    self->request(handle, std::chrono::seconds(10), SnapshotRequest{})
+    self->request(handle, kSnapshotTimeout, SnapshotRequest{})
         .receive(
             [&](const ActorSnapshot& s) {
               out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items,
@@ -208,12 +220,11 @@ Status Cluster::shutdown() {
     caf::scoped_actor self{*d.sys};
     auto stop = [&](auto handle, const std::string& what) {
       if (!handle) return;
-      self->request(handle, std::chrono::seconds(30), ShutdownRequest{"cluster shutdown"})
+      self->request(handle, kShutdownTimeout, ShutdownRequest{"cluster shutdown"})
           .receive([&](const ShutdownAck&) {},
                    [&](const caf::error& err) {
                      if (result.is_ok())
-                       result = unavailable(
-                           what + " did not acknowledge shutdown: " + caf::to_string(err));
+                       result = request_failed(err, what, "ShutdownRequest", kShutdownTimeout);
                    });
     };
     for (auto& [r, roles] : d.ranks) {
@@ -267,8 +278,8 @@ struct Loader::Epoch {
   RankCursor cursor;  // what the trainer consumed: the checkpoint state of this rank
   bool finished = false;
   Status error;
-  std::chrono::steady_clock::time_point last_report;
-  loader_actor cursor_actor;  // this rank's loader actor: keeps the cursor
+  int64_t last_report_ns = INT64_MIN / 2;  // Clock::steady_ns() of the last StepReport
+  loader_actor cursor_actor;               // this rank's loader actor: keeps the cursor
 
   void collate() {
     std::vector<Item> items;
@@ -399,9 +410,12 @@ Status Loader::start_epoch(uint32_t epoch) {
   Result<EpochTicket> ticket = internal_error("no answer from the dispatcher");
   {
     caf::scoped_actor self{*d.sys};
-    self->request(dispatcher, std::chrono::seconds(60), start)
+    self->request(dispatcher, kEpochStartTimeout, start)
         .receive([&](EpochTicket& t) { ticket = std::move(t); },
-                 [&](const caf::error& err) { ticket = from_error(err); });
+                 [&](const caf::error& err) {
+                   ticket = request_failed(err, "the dispatcher of rank " + std::to_string(rank_),
+                                           "EpochStart", kEpochStartTimeout);
+                 });
   }
   if (!ticket.is_ok()) {
     for (auto& c : channels) c->cancel();
@@ -488,9 +502,9 @@ Result<std::optional<Batch>> Loader::next() {
   // The loader actor keeps the cursor for the monitor. A message per batch would wake an
   // actor thousands of times a second, so report at most every 20 ms (and at the end); the
   // exact cursor stays with this object.
-  auto now = std::chrono::steady_clock::now();
-  if (now - e.last_report >= std::chrono::milliseconds(20) || e.next_step == e.steps) {
-    e.last_report = now;
+  const int64_t now = cluster_->impl_->job->clock->steady_ns();
+  if (now - e.last_report_ns >= 20'000'000 || e.next_step == e.steps) {
+    e.last_report_ns = now;
     caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
   }
   if (e.next_step == e.steps)
@@ -534,13 +548,17 @@ Status Loader::save(const std::string& dir) {
   req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
   caf::scoped_actor self{*d.sys};
-  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms), std::move(req))
+  const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  self->request(keeper, timeout, std::move(req))
       .receive([&](const SaveDone&) { result = Status::ok(); },
                [&](const caf::error& err) {
-                 result = from_error(err);
+                 result =
+                     request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
+                                    "SaveRequest", timeout);
                  if (err == caf::sec::request_timeout)
                    result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " +
-                                        dir + " timed out: every rank must call save() at step " +
+                                        dir + " timed out: " + result.message() +
+                                        "; every rank must call save() at step " +
                                         std::to_string(e.next_step));
                });
   return result;
@@ -558,10 +576,14 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
   }
   Result<ResumeGrant> grant = internal_error("no answer from the checkpoint actor");
   caf::scoped_actor self{*d.sys};
-  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms),
-                RestoreRequest{dir})
+  const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  self->request(keeper, timeout, RestoreRequest{dir})
       .receive([&](ResumeGrant& g) { grant = std::move(g); },
-               [&](const caf::error& err) { grant = from_error(err); });
+               [&](const caf::error& err) {
+                 grant =
+                     request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
+                                    "RestoreRequest", timeout);
+               });
   if (!grant.is_ok()) return grant.status();
   auto r = std::make_unique<Restored>();
   r->point = ResumePoint{grant->epoch, grant->partial ? grant->step : 0, grant->generation,

@@ -1,6 +1,7 @@
 #include "actors/roles.h"
 
 #include <chrono>
+#include <optional>
 
 #include "actors/state/coordinator_state.h"
 #include "actors/state/dispatcher_state.h"
@@ -26,6 +27,14 @@ Status from_error(const caf::error& err) {
   return unavailable(caf::to_string(err));
 }
 
+Status request_failed(const caf::error& err, const std::string& actor, const char* message,
+                      std::chrono::milliseconds timeout) {
+  if (err == caf::sec::request_timeout)
+    return unavailable("no reply from " + actor + " to " + message + " within " +
+                       std::to_string(timeout.count()) + " ms");
+  return from_error(err);
+}
+
 // ---- coordinator -------------------------------------------------------------------------
 
 namespace {
@@ -37,24 +46,19 @@ struct CoordinatorActorState {
   static inline const char* name = "shardyard.coordinator";
 };
 
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The coordinator's committer: writes CHECKPOINT on its own thread and reports back. (The
 // arguments come through spawn, not a capture: CAF 0.17 dereferences a null argument tuple
 // for argument-less function actors.)
-void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, std::string dir,
-               CheckpointManifest manifest) {
-  Status st = io::commit_checkpoint(dir, manifest);
+void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, FileSystem* fs,
+               std::string dir, CheckpointManifest manifest) {
+  Status st = io::commit_checkpoint(*fs, dir, manifest);
   self->send(coordinator, CommitOutcome{manifest.generation, st.is_ok(),
                                         st.is_ok() ? std::string() : st.to_string()});
 }
 
 coordinator_actor::behavior_type coordinator_fn(
-    coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job) {
+    coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job, FileSystem* fs,
+    Clock* clock) {
   self->state.core = std::make_unique<CoordinatorState>(std::move(job));
   return {
       [=](const JoinRequest& req) -> caf::result<JobInfo> {
@@ -85,7 +89,7 @@ coordinator_actor::behavior_type coordinator_fn(
       },
       [=](const RankSaved& saved) -> caf::typed_response_promise<CheckpointCommitted> {
         auto rp = self->make_response_promise<CheckpointCommitted>();
-        auto m = self->state.core->rank_saved(saved, unix_ms());
+        auto m = self->state.core->rank_saved(saved, clock->unix_ms());
         if (!m.is_ok()) {
           rp.deliver(to_error(m.status()));
           return rp;
@@ -93,7 +97,8 @@ coordinator_actor::behavior_type coordinator_fn(
         self->state.waiting.emplace_back(saved.generation, rp);
         if (m->has_value()) {
           // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
-          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, saved.dir, std::move(**m));
+          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, fs, saved.dir,
+                                     std::move(**m));
         }
         return rp;
       },
@@ -154,8 +159,12 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
   self->state.worker = worker;
   self->state.core = std::make_unique<WorkerCore>(job, rank, worker);
   return {
-      // Detached actor: the unit blocks this actor's own thread, nobody else's.
-      [=](const WorkUnit& unit) -> WorkerDone {
+      // Detached actor: the unit blocks this actor's own thread, nobody else's. It accepts the
+      // unit at once and reports its end to the dispatcher that sent it.
+      [=](const WorkUnit& unit) -> caf::typed_response_promise<UnitAccepted> {
+        auto rp = self->make_response_promise<UnitAccepted>();
+        rp.deliver(UnitAccepted{unit.rank, unit.worker, unit.epoch});
+        auto dispatcher = caf::actor_cast<dispatcher_actor>(self->current_sender());
         auto& st = self->state;
         st.epoch = unit.epoch;
         st.state = "running";
@@ -171,7 +180,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         st.items += done.items;
         st.bytes += done.bytes;
         st.state = done.ok ? "idle" : "failed";
-        return done;
+        if (dispatcher) self->send(dispatcher, done);
+        return rp;
       },
       [=](const SnapshotRequest&) -> ActorSnapshot {
         auto& st = self->state;
@@ -216,6 +226,9 @@ struct DispatcherActorState {
   std::unique_ptr<DispatcherState> core;
   coordinator_actor coordinator;
   std::vector<worker_actor> workers;
+  // By worker: the epoch of the unit it runs (accepted or sent), until its WorkerDone; so a
+  // worker that stops while it runs one fails that unit.
+  std::vector<std::optional<uint32_t>> running;
   loader_actor loader;
   static inline const char* name = "shardyard.dispatcher";
 };
@@ -227,11 +240,37 @@ dispatcher_actor::behavior_type dispatcher_fn(
   self->state.core = std::make_unique<DispatcherState>(job, rank);
   self->state.coordinator = coordinator;
   self->state.workers = std::move(workers);
+  self->state.running.resize(self->state.workers.size());
   self->state.loader = loader;
+  const uint32_t w_count = static_cast<uint32_t>(self->state.workers.size());
+  // A unit's end, from a worker (forwarded to the loader actor) or from the feed (worker W).
+  auto unit_done = [=](const WorkerDone& done) {
+    if (done.worker < w_count) {
+      auto& running = self->state.running[done.worker];
+      if (running && *running == done.epoch) running.reset();
+      self->send(self->state.loader, done);
+    }
+    self->state.core->unit_done(done);
+  };
+  auto unit_failed = [=](const WorkUnit& unit, const Status& why) {
+    unit_done(WorkerDone{unit.rank, unit.worker, unit.epoch, 0, 0, false, why.to_string()});
+  };
+  for (auto& w : self->state.workers) self->monitor(w);
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& st = self->state;
+    for (uint32_t w = 0; w < w_count; ++w) {
+      if (st.workers[w].address() != down.source || !st.running[w]) continue;
+      const uint32_t epoch = *st.running[w];
+      unit_done(WorkerDone{rank, w, epoch, 0, 0, false,
+                           "worker " + std::to_string(w) + " of rank " + std::to_string(rank) +
+                               " stopped while it ran its unit of epoch " + std::to_string(epoch) +
+                               ": " + caf::to_string(down.reason)});
+    }
+  });
   return {
       [=](const EpochStart& start) -> caf::typed_response_promise<EpochTicket> {
         auto rp = self->make_response_promise<EpochTicket>();
-        self->request(self->state.coordinator, caf::infinite, EpochKeyRequest{start.epoch})
+        self->request(self->state.coordinator, kReplyTimeout, EpochKeyRequest{start.epoch})
             .then(
                 [=](const EpochKey& key) mutable {
                   auto a = self->state.core->start_epoch(start, key);
@@ -240,35 +279,37 @@ dispatcher_actor::behavior_type dispatcher_fn(
                     return;
                   }
                   for (auto& unit : a->units) {
-                    auto w = self->state.workers[unit.worker];
-                    self->request(w, caf::infinite, unit)
-                        .then(
-                            [=](const WorkerDone& done) {
-                              self->state.core->unit_done(done);
-                              self->send(self->state.loader, done);
-                            },
-                            [=](const caf::error& err) {
-                              WorkerDone failed{unit.rank, unit.worker, unit.epoch,         0,
-                                                0,         false,       caf::to_string(err)};
-                              self->state.core->unit_done(failed);
-                              self->send(self->state.loader, failed);
-                            });
+                    self->state.running[unit.worker] = unit.epoch;
+                    self->request(self->state.workers[unit.worker], kReplyTimeout, unit)
+                        .then([](const UnitAccepted&) {},
+                              [=](const caf::error& err) {
+                                self->state.running[unit.worker].reset();
+                                unit_failed(unit,
+                                            request_failed(err,
+                                                           "worker " + std::to_string(unit.worker) +
+                                                               " of rank " + std::to_string(rank),
+                                                           "WorkUnit", kReplyTimeout));
+                              });
                   }
                   if (a->feed)
                     self->spawn<caf::detached>(feed_fn, dispatcher_actor{self}, job, rank,
                                                std::move(*a->feed));
                   rp.deliver(a->ticket);
                 },
-                [=](const caf::error& err) mutable { rp.deliver(err); });
+                [=](const caf::error& err) mutable {
+                  rp.deliver(to_error(
+                      request_failed(err, "the coordinator", "EpochKeyRequest", kReplyTimeout)));
+                });
         return rp;
       },
       [=](const ResumeGrant& grant) -> ResumeAck {
         self->state.core->set_resume(grant);
         return ResumeAck{};
       },
-      [=](const WorkerDone& feed_done) { self->state.core->unit_done(feed_done); },
+      [=](const WorkerDone& done) { unit_done(done); },
       [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
       [=](const ShutdownRequest&) -> ShutdownAck {
+        for (auto& w : self->state.workers) self->demonitor(w.address());
         self->state.workers.clear();
         self->state.coordinator = nullptr;
         self->state.loader = nullptr;
@@ -292,8 +333,9 @@ struct LoaderActorState {
 
 }  // namespace
 
-coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job) {
-  return sys.spawn(coordinator_fn, std::move(job));
+coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job, FileSystem& fs,
+                                    Clock& clock) {
+  return sys.spawn(coordinator_fn, std::move(job), &fs, &clock);
 }
 
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,

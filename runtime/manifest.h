@@ -60,6 +60,18 @@ struct SourceEntry {
   std::string damage;  // what was wrong, for the warning
 };
 
+// What building a manifest does with a damaged source: stop with the first error (file and
+// byte offset), or keep the intact samples before the damage, mark the source damaged and
+// go on (io/format/manifest_scan.h).
+enum class OnCorrupt { kFail, kSkip };
+
+// How a manifest was obtained.
+struct ScanReport {
+  bool from_cache = false;
+  std::string cache_path;             // where it was read from or written to
+  std::vector<std::string> warnings;  // one per damaged source (OnCorrupt::kSkip)
+};
+
 struct Manifest {
   std::vector<SourceEntry> sources;
   uint64_t fingerprint = 0;  // see compute_fingerprint()

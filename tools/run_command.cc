@@ -209,11 +209,12 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
   }
 }
 
-int run(const RunArgs& args) {
+int run(const RunArgs& args, Env* env) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   double cpu0 = cpu_seconds();
   LoaderOptions opt;
+  opt.env = env;
   opt.sources = args.sources;
   opt.world_size = args.ranks;
   opt.workers = args.workers;
@@ -226,7 +227,7 @@ int run(const RunArgs& args) {
   opt.plan.distributed_strategy = args.distributed_strategy;
   opt.plan.worker_strategy = args.worker_strategy;
   opt.order = args.order == "as_completed" ? Order::kAsCompleted : Order::kExact;
-  opt.on_corrupt = args.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
+  opt.on_corrupt = args.on_corrupt == "skip" ? OnCorrupt::kSkip : OnCorrupt::kFail;
   opt.prefetch_batches = args.prefetch_batches;
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
   opt.use_manifest_cache = !args.no_cache;
@@ -422,7 +423,7 @@ int run(const RunArgs& args) {
 
 }  // namespace
 
-Command add_run_command(CLI::App& app) {
+Command add_run_command(CLI::App& app, Env* env) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "load a dataset end to end and print a JSON summary");
   cmd->add_option("--source", args->sources, "shard paths, brace patterns or directories")
@@ -482,7 +483,7 @@ Command add_run_command(CLI::App& app) {
                   "also save every N steps into --checkpoint-dir");
   cmd->add_option("--resume", args->resume_dir,
                   "resume from the checkpoint in DIR (ranks and workers may differ)");
-  return [args] { return run(*args); };
+  return [args, env] { return run(*args, env); };
 }
 
 }  // namespace shardyard::tools

@@ -13,6 +13,10 @@
 
 namespace shardyard::actors {
 
+// The version of this protocol. A rank joins only a coordinator of the same version
+// (JoinRequest); change it with any change of a message's fields or meaning.
+inline constexpr uint32_t kProtocolVersion = 1;
+
 // What defines a job; the coordinator hands it to every rank that joins.
 struct JobInfo {
   uint64_t fingerprint = 0;  // manifest fingerprint
@@ -30,12 +34,14 @@ struct JobInfo {
   bool exact_order = true;
 };
 
-// rank -> coordinator: join the job; reply JobInfo, or an error when the fingerprint or the
-// topology does not match the job.
+// rank -> coordinator: join the job; reply JobInfo, or an error when the protocol version,
+// the fingerprint or the topology does not match the job. The version is the first field
+// on the wire (actors/protocol.h), so every later version can still read it.
 struct JoinRequest {
   uint32_t rank = 0;
   uint32_t workers = 0;
   uint64_t fingerprint = 0;
+  uint32_t protocol_version = kProtocolVersion;
 };
 
 // dispatcher -> coordinator: the shared key of an epoch; reply EpochKey.
@@ -92,7 +98,16 @@ struct WorkUnit {
   std::string route;
 };
 
-// worker -> dispatcher: the unit is finished (ok == false: `error` says why).
+// worker -> dispatcher: the reply to a WorkUnit, at once: the worker took the unit and runs
+// it (WorkerDone follows when it ends).
+struct UnitAccepted {
+  uint32_t rank = 0;
+  uint32_t worker = 0;
+  uint32_t epoch = 0;
+};
+
+// worker (or the dispatcher's feed) -> dispatcher: the unit is finished (ok == false:
+// `error` says why).
 struct WorkerDone {
   uint32_t rank = 0;
   uint32_t worker = 0;

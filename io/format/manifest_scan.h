@@ -24,7 +24,7 @@
 
 namespace shardyard::io {
 
-enum class OnCorrupt { kFail, kSkip };
+using shardyard::OnCorrupt;  // runtime/manifest.h
 
 struct ScanOptions {
   OnCorrupt on_corrupt = OnCorrupt::kFail;
@@ -35,11 +35,7 @@ struct ScanOptions {
   std::string cache_dir;  // empty: no cache
 };
 
-struct ScanReport {
-  bool from_cache = false;
-  std::string cache_path;             // where it was read from or written to
-  std::vector<std::string> warnings;  // one per damaged source (kSkip)
-};
+using shardyard::ScanReport;  // runtime/manifest.h
 
 // Scans one source.
 Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt on_corrupt);
