@@ -3,10 +3,10 @@
 
 #include <set>
 
+#include "../testdata.h"
 #include "actors/state/coordinator_state.h"
 #include "actors/state/dispatcher_state.h"
 #include "io/format/manifest_scan.h"
-#include "testdata.h"
 
 namespace shardyard::actors {
 namespace {
