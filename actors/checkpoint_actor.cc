@@ -47,6 +47,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
     checkpoint_actor::stateful_pointer<CheckpointActorState> self,
     std::shared_ptr<const JobData> job, uint32_t rank, coordinator_actor coordinator,
     dispatcher_actor dispatcher) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   self->state.dispatcher = dispatcher;
@@ -55,6 +56,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
   const std::string coordinator_name = "the coordinator";
   return {
       [=](const SaveRequest& req) -> caf::typed_response_promise<SaveDone> {
+        const ActorTurn turn(req);
         auto rp = self->make_response_promise<SaveDone>();
         if (req.shards.size() != req.take.size() || req.shards.size() != req.consumed.size()) {
           rp.deliver(to_error(invalid_argument("malformed save request")));
@@ -70,6 +72,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
         self->request(self->state.coordinator, kReplyTimeout, begin)
             .then(
                 [=](const CheckpointGeneration& g) mutable {
+                  const ActorTurn turn(g);
                   const int64_t t0 = job->clock->steady_ns();
                   const std::string name = io::rank_file_name(rank, g.generation);
                   const std::string bytes =
@@ -89,6 +92,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
                   self->request(self->state.coordinator, barrier, saved)
                       .then(
                           [=](const CheckpointCommitted& c) mutable {
+                            const ActorTurn turn(c);
                             self->state.state = "idle";
                             self->state.generation = c.generation;
                             self->state.bytes = size;
@@ -96,12 +100,14 @@ checkpoint_actor::behavior_type checkpoint_fn(
                             rp.deliver(SaveDone{c.generation, size});
                           },
                           [=](const caf::error& err) mutable {
+                            const ActorTurn turn;
                             self->state.state = "failed";
                             rp.deliver(to_error(
                                 request_failed(err, coordinator_name, "RankSaved", barrier)));
                           });
                 },
                 [=](const caf::error& err) mutable {
+                  const ActorTurn turn;
                   self->state.state = "failed";
                   rp.deliver(to_error(
                       request_failed(err, coordinator_name, "CheckpointBegin", kReplyTimeout)));
@@ -109,6 +115,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
         return rp;
       },
       [=](const RestoreRequest& req) -> caf::typed_response_promise<ResumeGrant> {
+        const ActorTurn turn(req);
         auto rp = self->make_response_promise<ResumeGrant>();
         auto files = io::read_checkpoint_files(*job->fs, req.dir);
         if (!files.is_ok()) {
@@ -120,27 +127,32 @@ checkpoint_actor::behavior_type checkpoint_fn(
         self->request(self->state.coordinator, kReplyTimeout, std::move(offer))
             .then(
                 [=](const ResumeGrant& grant) mutable {
+                  const ActorTurn turn(grant);
                   self->request(self->state.dispatcher, kReplyTimeout, grant)
                       .then(
-                          [=](const ResumeAck&) mutable {
+                          [=](const ResumeAck& msg) mutable {
+                            const ActorTurn turn(msg);
                             self->state.state = "idle";
                             self->state.generation = grant.generation;
                             rp.deliver(grant);
                           },
                           [=](const caf::error& err) mutable {
+                            const ActorTurn turn;
                             rp.deliver(to_error(request_failed(
                                 err, "the dispatcher of rank " + std::to_string(rank),
                                 "ResumeGrant", kReplyTimeout)));
                           });
                 },
                 [=](const caf::error& err) mutable {
+                  const ActorTurn turn;
                   self->state.state = "failed";
                   rp.deliver(to_error(
                       request_failed(err, coordinator_name, "ResumeOffer", kReplyTimeout)));
                 });
         return rp;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         ActorSnapshot s;
         s.role = "checkpoint";
@@ -152,7 +164,8 @@ checkpoint_actor::behavior_type checkpoint_fn(
                    std::to_string(st.last_write_ms) + " ms";
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         self->state.coordinator = nullptr;
         self->state.dispatcher = nullptr;
         self->quit();

@@ -13,12 +13,16 @@ namespace shardyard::actors {
 // The Status travels as sec::runtime_error with (code, message) as context, so the code
 // survives a hop between actors (and between processes).
 caf::error to_error(const Status& st) {
-  return caf::make_error(caf::sec::runtime_error, static_cast<int32_t>(st.code()), st.message());
+  auto err =
+      caf::make_error(caf::sec::runtime_error, static_cast<int32_t>(st.code()), st.message());
+  release_at(err.context().cvals().get());  // see actors/state/mailbox_order.h
+  return err;
 }
 
 Status from_error(const caf::error& err) {
   if (!err) return Status::ok();
   const caf::message& ctx = err.context();
+  acquire_at(ctx.cvals().get());
   if (ctx.match_elements<int32_t, std::string>()) {
     auto code = ctx.get_as<int32_t>(0);
     if (code > 0 && code <= static_cast<int32_t>(StatusCode::kUnavailable))
@@ -59,18 +63,25 @@ void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, FileSys
 coordinator_actor::behavior_type coordinator_fn(
     coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job, FileSystem* fs,
     Clock* clock) {
+  const ActorTurn turn;
   self->state.core = std::make_unique<CoordinatorState>(std::move(job));
   return {
       [=](const JoinRequest& req) -> caf::result<JobInfo> {
+        const ActorTurn turn(req);
         auto r = self->state.core->join(req);
         if (!r.is_ok()) return to_error(r.status());
         return r.value();
       },
       [=](const EpochKeyRequest& req) -> EpochKey {
+        const ActorTurn turn(req);
         return self->state.core->epoch_key(req.epoch);
       },
-      [=](const RankEpochDone& done) { self->state.core->rank_done(done); },
+      [=](const RankEpochDone& done) {
+        const ActorTurn turn(done);
+        self->state.core->rank_done(done);
+      },
       [=](const CheckpointBegin& begin) -> caf::result<CheckpointGeneration> {
+        const ActorTurn turn(begin);
         auto g = self->state.core->begin_save(begin);
         if (!g.is_ok()) return to_error(g.status());
         // Ranks still waiting on an abandoned cut learn that it will never commit.
@@ -88,6 +99,7 @@ coordinator_actor::behavior_type coordinator_fn(
         return CheckpointGeneration{*g};
       },
       [=](const RankSaved& saved) -> caf::typed_response_promise<CheckpointCommitted> {
+        const ActorTurn turn(saved);
         auto rp = self->make_response_promise<CheckpointCommitted>();
         auto m = self->state.core->rank_saved(saved, clock->unix_ms());
         if (!m.is_ok()) {
@@ -103,6 +115,7 @@ coordinator_actor::behavior_type coordinator_fn(
         return rp;
       },
       [=](const CommitOutcome& outcome) {
+        const ActorTurn turn(outcome);
         self->state.core->save_finished();
         auto& waiting = self->state.waiting;
         for (auto& [gen, rp] : waiting) {
@@ -116,12 +129,17 @@ coordinator_actor::behavior_type coordinator_fn(
         waiting.clear();
       },
       [=](const ResumeOffer& offer) -> caf::result<ResumeGrant> {
+        const ActorTurn turn(offer);
         auto g = self->state.core->resume(offer);
         if (!g.is_ok()) return to_error(g.status());
         return std::move(g).value();
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
+        return self->state.core->snapshot();
+      },
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         for (auto& [gen, rp] : self->state.waiting)
           rp.deliver(to_error(cancelled("the coordinator shut down during a checkpoint")));
         self->state.waiting.clear();
@@ -155,6 +173,7 @@ struct WorkerActorState {
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActorState> self,
                                       std::shared_ptr<const JobData> job, uint32_t rank,
                                       uint32_t worker) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.worker = worker;
   self->state.core = std::make_unique<WorkerCore>(job, rank, worker);
@@ -162,6 +181,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
       // Detached actor: the unit blocks this actor's own thread, nobody else's. It accepts the
       // unit at once and reports its end to the dispatcher that sent it.
       [=](const WorkUnit& unit) -> caf::typed_response_promise<UnitAccepted> {
+        const ActorTurn turn(unit);
         auto rp = self->make_response_promise<UnitAccepted>();
         rp.deliver(UnitAccepted{unit.rank, unit.worker, unit.epoch});
         auto dispatcher = caf::actor_cast<dispatcher_actor>(self->current_sender());
@@ -183,7 +203,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         if (dispatcher) self->send(dispatcher, done);
         return rp;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         ActorSnapshot s;
         s.role = "worker";
@@ -195,7 +216,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         s.bytes = st.bytes;
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         auto ack = ShutdownAck{"worker", self->state.rank, self->state.worker};
         self->state.core.reset();
         self->quit();
@@ -237,6 +259,7 @@ dispatcher_actor::behavior_type dispatcher_fn(
     dispatcher_actor::stateful_pointer<DispatcherActorState> self,
     std::shared_ptr<const JobData> job, uint32_t rank, coordinator_actor coordinator,
     std::vector<worker_actor> workers, loader_actor loader) {
+  const ActorTurn turn;
   self->state.core = std::make_unique<DispatcherState>(job, rank);
   self->state.coordinator = coordinator;
   self->state.workers = std::move(workers);
@@ -257,6 +280,7 @@ dispatcher_actor::behavior_type dispatcher_fn(
   };
   for (auto& w : self->state.workers) self->monitor(w);
   self->set_down_handler([=](caf::down_msg& down) {
+    const ActorTurn down_turn;
     auto& st = self->state;
     for (uint32_t w = 0; w < w_count; ++w) {
       if (st.workers[w].address() != down.source || !st.running[w]) continue;
@@ -269,10 +293,12 @@ dispatcher_actor::behavior_type dispatcher_fn(
   });
   return {
       [=](const EpochStart& start) -> caf::typed_response_promise<EpochTicket> {
+        const ActorTurn turn(start);
         auto rp = self->make_response_promise<EpochTicket>();
         self->request(self->state.coordinator, kReplyTimeout, EpochKeyRequest{start.epoch})
             .then(
                 [=](const EpochKey& key) mutable {
+                  const ActorTurn turn(key);
                   auto a = self->state.core->start_epoch(start, key);
                   if (!a.is_ok()) {
                     rp.deliver(to_error(a.status()));
@@ -281,8 +307,9 @@ dispatcher_actor::behavior_type dispatcher_fn(
                   for (auto& unit : a->units) {
                     self->state.running[unit.worker] = unit.epoch;
                     self->request(self->state.workers[unit.worker], kReplyTimeout, unit)
-                        .then([](const UnitAccepted&) {},
+                        .then([=](const UnitAccepted& accepted) { const ActorTurn turn(accepted); },
                               [=](const caf::error& err) {
+                                const ActorTurn turn;
                                 self->state.running[unit.worker].reset();
                                 unit_failed(unit,
                                             request_failed(err,
@@ -297,18 +324,27 @@ dispatcher_actor::behavior_type dispatcher_fn(
                   rp.deliver(a->ticket);
                 },
                 [=](const caf::error& err) mutable {
+                  const ActorTurn turn;
                   rp.deliver(to_error(
                       request_failed(err, "the coordinator", "EpochKeyRequest", kReplyTimeout)));
                 });
         return rp;
       },
       [=](const ResumeGrant& grant) -> ResumeAck {
+        const ActorTurn turn(grant);
         self->state.core->set_resume(grant);
         return ResumeAck{};
       },
-      [=](const WorkerDone& done) { unit_done(done); },
-      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const WorkerDone& done) {
+        const ActorTurn turn(done);
+        unit_done(done);
+      },
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
+        return self->state.core->snapshot();
+      },
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         for (auto& w : self->state.workers) self->demonitor(w.address());
         self->state.workers.clear();
         self->state.coordinator = nullptr;
@@ -353,23 +389,28 @@ dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const 
 namespace {
 loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActorState> self,
                                       uint32_t rank, coordinator_actor coordinator) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   return {
       [=](const StepReport& r) {
+        const ActorTurn turn(r);
         self->state.state = "running";
         self->state.cursor = r;
       },
       [=](const RankEpochDone& done) {
+        const ActorTurn turn(done);
         self->state.state = "idle";
         self->send(self->state.coordinator, done);
       },
       [=](const WorkerDone& done) {
+        const ActorTurn turn(done);
         self->state.produced += done.items;
         self->state.bytes += done.bytes;
         if (!done.ok) ++self->state.failures;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         ActorSnapshot s;
         s.role = "loader";
@@ -383,7 +424,8 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
                    std::to_string(st.failures) + " failed units";
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         self->state.coordinator = nullptr;
         self->quit();
         return ShutdownAck{"loader", rank, 0};

@@ -20,6 +20,8 @@ set(SY_PUBLIC_HEADERS
   runtime/status.h=status.h
   runtime/clock.h=clock.h
   runtime/hash.h=hash.h
+  runtime/thread_annotations.h=thread_annotations.h
+  runtime/mutex.h=mutex.h
   runtime/buffer.h=buffer.h
   runtime/item.h=item.h
   runtime/batch.h=batch.h

@@ -12,8 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "runtime/mutex.h"
 
 namespace shardyard {
 
@@ -57,9 +58,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   static size_t size_class(size_t bytes);
 
   const size_t max_cached_;
-  mutable std::mutex mu_;
-  std::vector<std::pair<size_t, uint8_t*>> idle_;  // guarded by mu_
-  size_t idle_bytes_ = 0;                          // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::pair<size_t, uint8_t*>> idle_ SY_GUARDED_BY(mu_);
+  size_t idle_bytes_ SY_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardyard
