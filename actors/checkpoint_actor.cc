@@ -62,6 +62,12 @@ checkpoint_actor::behavior_type checkpoint_fn(
           rp.deliver(to_error(invalid_argument("malformed save request")));
           return rp;
         }
+        // The directory first: a file system that cannot write (HTTP, S3) refuses here, with
+        // the directory's name, before anything is read or asked of the coordinator.
+        if (Status st = job->fs->create_dir(req.dir); !st.is_ok()) {
+          rp.deliver(to_error(st));
+          return rp;
+        }
         auto proposed = io::next_generation(*job->fs, req.dir);
         if (!proposed.is_ok()) {
           rp.deliver(to_error(proposed.status()));

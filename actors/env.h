@@ -5,8 +5,9 @@
 //   - a new data plane for every job (how items move between its roles);
 //   - the configuration of the actor system the roles run on.
 // LoaderOptions::env names it; null means Env::Default(). To change one part, derive from
-// EnvWrapper and override that part; a test wraps the file system to inject delays or
-// failures (tests/io/fs/test_file_systems.h), never production code.
+// EnvWrapper and override that part (FileSystemEnv swaps the file system); a test wraps the
+// file system to inject delays or failures (tests/io/fs/test_file_systems.h), never
+// production code.
 //
 // Installed as <shardyard/env.h>. DataPlane's interface and caf::actor_system_config are
 // only declared here: the first is internal to shardyard (io/transport/data_plane.h), the
@@ -59,6 +60,17 @@ class EnvWrapper : public Env {
 
  private:
   Env* target_;
+};
+
+// Another Env (Env::Default() unless given) with another file system: a user's storage, or
+// a test's fault-injecting wrapper. Both must outlive it.
+class FileSystemEnv : public EnvWrapper {
+ public:
+  explicit FileSystemEnv(FileSystem* fs, Env* base = Env::Default()) : EnvWrapper(base), fs_(fs) {}
+  FileSystem* file_system() override { return fs_; }
+
+ private:
+  FileSystem* fs_;
 };
 
 }  // namespace shardyard

@@ -83,8 +83,8 @@ struct LoaderOptions {
   // What the job takes from the process (actors/env.h); null = Env::Default(). Its file
   // system serves every source and receives checkpoints: by default local paths, http://,
   // https:// and s3:// uris (configured from the environment; only local paths can be
-  // written). A user file system (a database, an object store client) comes in through an
-  // EnvWrapper; its reads run on the worker threads, where current_worker() says who is
+  // written). A user file system (a database, an object store client) comes in through a
+  // FileSystemEnv; its reads run on the worker threads, where current_worker() says who is
   // reading. Must outlive the loader.
   Env* env = nullptr;
   bool use_manifest_cache = true;

@@ -71,16 +71,6 @@ class CountingFileSystem : public FileSystemWrapper {
   };
 };
 
-// The default Env with another file system.
-class FileSystemEnv : public EnvWrapper {
- public:
-  explicit FileSystemEnv(FileSystem* fs) : EnvWrapper(Env::Default()), fs_(fs) {}
-  FileSystem* file_system() override { return fs_; }
-
- private:
-  FileSystem* fs_;
-};
-
 struct Step {
   uint64_t step;
   std::vector<std::string> keys;
@@ -269,6 +259,18 @@ TEST_F(CheckpointClusterTest, RanksSavingDifferentStepsFailWithoutACheckpoint) {
   EXPECT_TRUE(waited(saved[0]) || waited(saved[1])) << saved[0].to_string() << "\n"
                                                     << saved[1].to_string();
   EXPECT_FALSE(std::filesystem::exists(ckpt_ + "/CHECKPOINT"));
+}
+
+TEST_F(CheckpointClusterTest, ACheckpointDirectoryTheFileSystemCannotWriteIsRefusedByName) {
+  auto l = Loader::open(opt_);
+  ASSERT_TRUE(l.is_ok());
+  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+  take(**l, 1);
+  // The default Env reads s3:// but writes only local or mounted directories.
+  Status st = (*l)->save("s3://bucket/ckpt");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("s3://bucket/ckpt"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("local or mounted directory"), std::string::npos) << st.to_string();
 }
 
 TEST_F(CheckpointClusterTest, SaveNeedsEveryRankInTheCluster) {

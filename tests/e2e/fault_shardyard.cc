@@ -17,19 +17,6 @@
 
 using namespace shardyard;
 
-namespace {
-
-class FaultEnv : public EnvWrapper {
- public:
-  explicit FaultEnv(FileSystem* fs) : EnvWrapper(Env::Default()), fs_(fs) {}
-  FileSystem* file_system() override { return fs_; }
-
- private:
-  FileSystem* fs_;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   testing::FaultFileSystem fs(Env::Default()->file_system());
   std::string hold_name;
@@ -51,7 +38,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!hold_name.empty()) fs.hold_renames_onto(hold_name, hold_ms);
-  FaultEnv env(&fs);
+  FileSystemEnv env(&fs);
   std::vector<char*> args{argv[0]};
   for (++i; i < argc; ++i) args.push_back(argv[i]);
   return tools::run_cli(static_cast<int>(args.size()), args.data(), &env);
