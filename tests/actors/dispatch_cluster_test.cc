@@ -23,8 +23,16 @@
 namespace shardyard {
 namespace {
 
+// A number per thread that is never reused: std::thread::id values are, once a thread ends,
+// so two feed threads one after the other could look like one.
+uint64_t thread_serial() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t mine = next++;
+  return mine;
+}
+
 struct Seen {
-  std::thread::id thread;
+  uint64_t thread = 0;
   uint32_t rank = 0;
   uint32_t worker = 0;
   bool dispatcher = false;
@@ -52,13 +60,8 @@ struct Probe {
     map_sleep_us = 0;
   }
   void record(std::vector<Seen>& into, const Item& item, const StageContext& ctx) {
-    Seen s{std::this_thread::get_id(),
-           ctx.worker.rank,
-           ctx.worker.worker,
-           ctx.worker.dispatcher,
-           item.key,
-           item.shard,
-           item.owner.get()};
+    Seen s{thread_serial(), ctx.worker.rank, ctx.worker.worker, ctx.worker.dispatcher,
+           item.key,        item.shard,      item.owner.get()};
     std::lock_guard<std::mutex> lock(mu);
     into.push_back(std::move(s));
   }
@@ -249,11 +252,11 @@ TEST_F(DispatchClusterTest, OnceStageRunsOnOneThreadPerRankInRankOrder) {
     auto ranks = run_ranks(opt, 2);
     auto& p = probe();
     std::lock_guard<std::mutex> lock(p.mu);
-    std::set<std::thread::id> once_threads_all;
+    std::set<uint64_t> once_threads_all;
     for (uint32_t r = 0; r < 2; ++r) {
       std::string what = std::string(dispatch_name(mode)) + " rank " + std::to_string(r);
       std::vector<std::string> once_keys;
-      std::set<std::thread::id> once_threads, map_threads;
+      std::set<uint64_t> once_threads, map_threads;
       for (const auto& s : p.once)
         if (s.rank == r) {
           once_keys.push_back(s.key);
@@ -379,7 +382,7 @@ TEST_F(DispatchClusterTest, PostStagesRunInTheLoaderInRankOrder) {
       auto& p = probe();
       std::lock_guard<std::mutex> lock(p.mu);
       std::vector<std::string> post_keys;
-      std::set<std::thread::id> post_threads, map_threads;
+      std::set<uint64_t> post_threads, map_threads;
       for (const auto& s : p.post) {
         post_keys.push_back(s.key);
         post_threads.insert(s.thread);
@@ -388,7 +391,7 @@ TEST_F(DispatchClusterTest, PostStagesRunInTheLoaderInRankOrder) {
       EXPECT_EQ(post_keys, flat(epochs[0])) << what << ": once each, in rank order";
       for (auto t : post_threads) EXPECT_EQ(map_threads.count(t), 0u) << what;
       if (prefetch == 0) {
-        EXPECT_EQ(post_threads, std::set<std::thread::id>{std::this_thread::get_id()})
+        EXPECT_EQ(post_threads, std::set<uint64_t>{thread_serial()})
             << what << ": without prefetch the trainer's next() runs them";
       }
     }
