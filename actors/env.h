@@ -35,7 +35,7 @@ class Env {
   virtual ~Env() = default;
   // The process's Env: local paths read and written, http://, https:// and s3:// uris read
   // (configured from the environment), the system's clocks, the in-process data plane, and
-  // an actor system of two scheduler threads that block when idle. Never destroyed.
+  // an actor system of two scheduler threads that block when idle. A process singleton.
   static Env* Default();
 
   virtual FileSystem* file_system() = 0;

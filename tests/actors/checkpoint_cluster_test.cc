@@ -8,8 +8,12 @@
 #include <set>
 #include <thread>
 
+#include <caf/actor_system_config.hpp>
+
 #include "actors/loader.h"
 #include "io/fs/file_system.h"
+#include "io/persist/checkpoint_store.h"
+#include "io/transport/data_plane.h"
 #include "testdata.h"
 
 namespace shardyard {
@@ -259,6 +263,49 @@ TEST_F(CheckpointClusterTest, RanksSavingDifferentStepsFailWithoutACheckpoint) {
   EXPECT_TRUE(waited(saved[0]) || waited(saved[1])) << saved[0].to_string() << "\n"
                                                     << saved[1].to_string();
   EXPECT_FALSE(std::filesystem::exists(ckpt_ + "/CHECKPOINT"));
+}
+
+// The default Env with a fixed wall clock, counting what the cluster asks it for.
+class RecordingEnv : public EnvWrapper {
+ public:
+  RecordingEnv() : EnvWrapper(Env::Default()) {}
+  class FixedClock : public Clock {
+   public:
+    int64_t unix_ms() override { return 1234567890123; }
+    int64_t steady_ns() override { return real_clock().steady_ns(); }
+  };
+  Clock* clock() override { return &clock_; }
+  std::shared_ptr<DataPlane> new_data_plane() override {
+    ++data_planes;
+    return EnvWrapper::new_data_plane();
+  }
+  std::unique_ptr<caf::actor_system_config> new_actor_system_config() override {
+    ++configs;
+    auto cfg = EnvWrapper::new_actor_system_config();
+    cfg->set("scheduler.max-threads", 1);  // a placement's own setting
+    return cfg;
+  }
+  std::atomic<int> data_planes{0}, configs{0};
+
+ private:
+  FixedClock clock_;
+};
+
+TEST_F(CheckpointClusterTest, TheClusterTakesClockDataPlaneAndActorSystemFromItsEnv) {
+  RecordingEnv env;
+  opt_.env = &env;
+  {
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+    take(**l, 2);
+    ASSERT_TRUE((*l)->save(ckpt_).is_ok());
+  }
+  EXPECT_EQ(env.data_planes.load(), 1);
+  EXPECT_EQ(env.configs.load(), 1);
+  auto ck = io::load_checkpoint(io::local_file_system(), ckpt_);
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->manifest.created_unix_ms, 1234567890123);  // the Env's clock dated it
 }
 
 TEST_F(CheckpointClusterTest, ACheckpointDirectoryTheFileSystemCannotWriteIsRefusedByName) {
