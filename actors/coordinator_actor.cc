@@ -37,18 +37,12 @@ struct CoordinatorActorState {
 
 using coordinator_pointer = coordinator_actor::stateful_pointer<CoordinatorActorState>;
 
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The coordinator's committer: writes CHECKPOINT on its own thread and reports back. (The
 // arguments come through spawn, not a capture: CAF 0.17 dereferences a null argument tuple
 // for argument-less function actors.)
-void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, std::string dir,
-               CheckpointManifest manifest) {
-  Status st = io::commit_checkpoint(dir, manifest);
+void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, FileSystem* fs,
+               std::string dir, CheckpointManifest manifest) {
+  Status st = io::commit_checkpoint(*fs, dir, manifest);
   self->send(coordinator, CommitOutcome{manifest.generation, st.is_ok(),
                                         st.is_ok() ? std::string() : st.to_string()});
 }
@@ -97,9 +91,11 @@ struct CheckJoins {};
 
 coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, CoordinatorState core,
                                                 CoordinatorOptions options) {
+  const ActorTurn turn;
   self->state.core = std::make_unique<CoordinatorState>(std::move(core));
   self->state.options = std::move(options);
   self->set_down_handler([=](caf::down_msg& dm) {
+    const ActorTurn turn;
     auto& st = self->state;
     for (auto it = st.agents.begin(); it != st.agents.end(); ++it) {
       if (it->second.address() != dm.source) continue;
@@ -115,6 +111,7 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
   });
   return {
       [=](const JoinRequest& req) -> caf::result<JobInfo> {
+        const ActorTurn turn(req);
         auto& st = self->state;
         const bool first = !st.core->has_job() || st.agents.empty();
         auto r = st.core->join(req);
@@ -140,14 +137,22 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         st.joining.clear();
         return r->job;
       },
-      [=](join_deadline_atom) { check_joins(self); },
+      [=](join_deadline_atom) {
+        const ActorTurn turn;
+        check_joins(self);
+      },
       [=](const EpochKeyRequest& req) -> caf::result<EpochKey> {
+        const ActorTurn turn(req);
         auto k = self->state.core->epoch_key(req.epoch);
         if (!k.is_ok()) return to_error(k.status());
         return *k;
       },
-      [=](const RankEpochDone& done) { self->state.core->rank_done(done); },
+      [=](const RankEpochDone& done) {
+        const ActorTurn turn(done);
+        self->state.core->rank_done(done);
+      },
       [=](const CheckpointBegin& begin) -> caf::result<CheckpointGeneration> {
+        const ActorTurn turn(begin);
         auto g = self->state.core->begin_save(begin);
         if (!g.is_ok()) return to_error(g.status());
         // Ranks still waiting on an abandoned cut learn that it will never commit.
@@ -165,8 +170,9 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         return CheckpointGeneration{*g};
       },
       [=](const RankSaved& saved) -> caf::typed_response_promise<CheckpointCommitted> {
+        const ActorTurn turn(saved);
         auto rp = self->make_response_promise<CheckpointCommitted>();
-        auto m = self->state.core->rank_saved(saved, unix_ms());
+        auto m = self->state.core->rank_saved(saved, self->state.options.clock->unix_ms());
         if (!m.is_ok()) {
           rp.deliver(to_error(m.status()));
           return rp;
@@ -174,11 +180,13 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         self->state.waiting.emplace_back(saved.generation, rp);
         if (m->has_value()) {
           // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
-          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, saved.dir, std::move(**m));
+          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, self->state.options.fs,
+                                     saved.dir, std::move(**m));
         }
         return rp;
       },
       [=](const RankSaveFailed& failed) {
+        const ActorTurn turn(failed);
         Status error = self->state.core->save_failed(failed);
         if (error.is_ok()) return;  // not the pending cut
         // Every rank waiting for this cut's commit learns now, not at its timeout.
@@ -193,6 +201,7 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         }
       },
       [=](const CommitOutcome& outcome) {
+        const ActorTurn turn(outcome);
         self->state.core->save_finished();
         auto& waiting = self->state.waiting;
         for (auto& [gen, rp] : waiting) {
@@ -206,6 +215,7 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         waiting.clear();
       },
       [=](const ResumeOffer& offer) -> caf::result<ResumeGrant> {
+        const ActorTurn turn(offer);
         auto& st = self->state;
         auto all = st.core->offer(offer);
         if (!all.is_ok()) {
@@ -231,6 +241,7 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         return std::move(g).value();
       },
       [=](const RankLeave& leave) -> caf::result<LeaveAck> {
+        const ActorTurn turn(leave);
         auto& st = self->state;
         st.core->leave(leave);
         if (auto it = st.agents.find(leave.rank); it != st.agents.end()) {
@@ -245,7 +256,8 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         }
         return LeaveAck{};
       },
-      [=](const AwaitLeaves&) -> caf::result<LeaveAck> {
+      [=](const AwaitLeaves& msg) -> caf::result<LeaveAck> {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         if (!st.core->failure().is_ok()) return to_error(st.core->failure());
         if (st.core->all_left()) return LeaveAck{};
@@ -253,8 +265,12 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         st.awaiting.push_back(rp);
         return rp;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
+        return self->state.core->snapshot();
+      },
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         st.core->abort(cancelled("the coordinator shut down"));
         st.told_abort = true;  // the owner stops the ranks itself

@@ -1,12 +1,10 @@
 #include "actors/loader.h"
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
-#include <utility>
 
 #include "actors/device_feed.h"
 #include "actors/net/host.h"
@@ -16,9 +14,11 @@
 #include "actors/state/job.h"
 #include "actors/state/merger.h"
 #include "actors/state/placement.h"
+#include "io/format/manifest_scan.h"
 #include "io/format/record_scan.h"
+#include "io/format/sample_reader.h"
 #include "io/fs/mapping_guard.h"
-#include "io/remote/remote_file_system.h"
+#include "runtime/mutex.h"
 
 namespace shardyard {
 
@@ -36,7 +36,8 @@ Status LoaderOptions::topology_from_env() {
   if (p.world_size == 1) return Status::ok();
   host_coordinator = p.host_coordinator;
   rendezvous_file = p.rendezvous_file;
-  coordinator = p.rendezvous_file.empty() ? p.coordinator.to_string() : std::string();
+  coordinator = p.rendezvous_file.empty() && !p.coordinator.host.empty() ? p.coordinator.to_string()
+                                                                         : std::string();
   if (!p.token_file.empty()) token_file = p.token_file;
   if (!p.token.empty()) token = p.token;
   // No token given: the job's id stands in (loopback only, placement.h says why).
@@ -68,50 +69,75 @@ struct RankRoles {
   dispatcher_actor dispatcher;
   checkpoint_actor checkpoint;
   std::vector<worker_actor> workers;
-  bool loader_open = false;                          // guarded by Impl::mu
-  std::vector<std::weak_ptr<io::Channel>> channels;  // of the open epoch; guarded by Impl::mu
-  std::weak_ptr<io::Route> route;                    // of the open epoch; guarded by Impl::mu
+  bool loader_open = false;
+  std::vector<std::weak_ptr<io::Channel>> channels;  // of the open epoch
+  std::weak_ptr<io::Route> route;                    // of the open epoch
+};
+
+// The actor system and the configuration it refers to. Shared by the calls that use it, so
+// that shutdown() on one thread never destroys it under another thread's request: the last
+// one to let go of it waits for the actors to finish.
+struct ActorSystem {
+  explicit ActorSystem(std::unique_ptr<caf::actor_system_config> c)
+      : cfg(std::move(c)), sys(*cfg) {}
+  std::unique_ptr<caf::actor_system_config> cfg;
+  caf::actor_system sys;
 };
 
 struct Cluster::Impl {
+  // Set by start(), then read-only.
   LoaderOptions options;
-  io::ScanReport report;
+  ScanReport report;
   std::shared_ptr<const JobData> job;
+  std::unique_ptr<DeviceFeed> device;     // null: batches stay in host memory
   std::unique_ptr<net::TlsIdentity> tls;  // ranks in other processes, off loopback
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  coordinator_actor coordinator;      // hosted here (in-process job, or rank 0 hosting)
-  net::gate_actor gate;               // hosted here for ranks in other processes
-  coordinator_actor job_coordinator;  // what this process's ranks talk to (local or remote)
-  bool networked = false;             // the world has ranks in other processes
-  std::map<uint32_t, RankRoles> ranks;
-  std::unique_ptr<DeviceFeed> device;  // null: batches stay in host memory
-  std::mutex mu;  // guards ranks[*].loader_open, ranks[*].channels, failure, rank_errors
-  bool stopped = false;
-  Status failure;                          // why the job stopped under this process
-  std::map<uint32_t, Status> rank_errors;  // the first error each hosted rank's Loader met
+  bool networked = false;                 // the world has ranks in other processes
+
+  Mutex mu;
+  std::shared_ptr<ActorSystem> system SY_GUARDED_BY(mu);  // null once shut down
+  coordinator_actor coordinator SY_GUARDED_BY(mu);        // hosted here (in process, or rank 0)
+  net::gate_actor gate SY_GUARDED_BY(mu);                 // hosted here for other processes' ranks
+  // What this process's ranks talk to: the coordinator, or its gate in another process.
+  coordinator_actor job_coordinator SY_GUARDED_BY(mu);
+  std::map<uint32_t, RankRoles> ranks SY_GUARDED_BY(mu);
+  bool stopped SY_GUARDED_BY(mu) = false;
+  Status failure SY_GUARDED_BY(mu);  // why the job stopped under this process
+  // The first error each hosted rank's Loader met (its leave reports it).
+  std::map<uint32_t, Status> rank_errors SY_GUARDED_BY(mu);
 
   // The job stopped (the coordinator said so, or went away): every open epoch is
   // cancelled, so that a trainer waiting in next() hears of it at once.
-  void stop_job(Status why) {
+  void stop_job(Status why) SY_EXCLUDES(mu) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (!failure.is_ok()) return;
       failure = std::move(why);
     }
     cancel_epochs();
   }
-  Status job_failure() {
-    std::lock_guard<std::mutex> lock(mu);
+  Status job_failure() SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
     return failure;
   }
-  void cancel_epochs() {
-    std::lock_guard<std::mutex> lock(mu);
+  void cancel_epochs() SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
     for (auto& [r, roles] : ranks) {
       for (auto& weak : roles.channels)
         if (auto ch = weak.lock()) ch->cancel();
       if (auto route = roles.route.lock()) route->cancel();
     }
+  }
+
+  // The actor system, or kCancelled after shutdown().
+  Result<std::shared_ptr<ActorSystem>> running() SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    if (stopped || !system) return cancelled("the cluster was shut down");
+    return system;
+  }
+  // A copy of a hosted rank's handles.
+  RankRoles roles_of(uint32_t rank) SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    return ranks.at(rank);
   }
 };
 
@@ -120,7 +146,7 @@ Cluster::Cluster() : impl_(std::make_unique<Impl>()) {}
 Cluster::~Cluster() { (void)shutdown(); }
 
 const Manifest& Cluster::manifest() const { return *impl_->job->manifest; }
-const io::ScanReport& Cluster::scan_report() const { return impl_->report; }
+const ScanReport& Cluster::scan_report() const { return impl_->report; }
 const LoaderOptions& Cluster::options() const { return impl_->options; }
 uint32_t Cluster::logical_shards() const { return impl_->job->shards.count(); }
 
@@ -142,7 +168,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   scan.threads = options.scan_threads;
   scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
   scan.cache_mode = options.use_manifest_cache ? io::CacheMode::kUse : io::CacheMode::kBypass;
-  auto& fs = options.file_system ? *options.file_system : io::default_file_system();
+  Env* env = options.env ? options.env : Env::Default();
+  auto& fs = *env->file_system();
   Manifest manifest;
   if (options.windows.enabled()) {
     // Stat calls only, never cached: cheaper than reading a cache (io/format/record_scan.h).
@@ -151,15 +178,24 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   } else {
     SY_ASSIGN_OR_RETURN(manifest, io::build_manifest(fs, options.sources, scan, &d.report));
   }
-  SY_ASSIGN_OR_RETURN(auto job,
-                      make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
-                               options.pipeline, Topology{options.world_size, options.workers},
-                               options.batch_size, &fs, options.dispatch, options.prefetch_shards));
-  job->exact_order = options.order == Order::kExact;
-  job->route_key_field = options.route_key_field;
-  job->reader.max_sample_bytes = options.max_sample_bytes;
+  JobOptions jo;
+  jo.manifest = std::make_shared<const Manifest>(std::move(manifest));
+  jo.plan = options.plan;
+  jo.pipeline = options.pipeline;
+  jo.topology = Topology{options.world_size, options.workers};
+  jo.batch_size = options.batch_size;
+  jo.exact_order = options.order == Order::kExact;
+  jo.dispatch = options.dispatch;
+  jo.prefetch_shards = options.prefetch_shards;
+  jo.route_key_field = options.route_key_field;
+  jo.checkpoint_timeout_ms = options.checkpoint_timeout_ms;
+  jo.max_sample_bytes = options.max_sample_bytes;
+  jo.fs = &fs;
+  jo.clock = env->clock();
+  jo.data_plane = env->new_data_plane();
+  SY_ASSIGN_OR_RETURN(d.job, make_job(std::move(jo)));
+  const auto& job = d.job;
   SY_RETURN_IF_ERROR(io::check_sample_bytes(*job->manifest, options.max_sample_bytes));
-  d.job = job;
   if (d.device)
     d.device->size_pools(
         (job->manifest->payload_bytes() / job->index.num_items() + 1024) * options.batch_size,
@@ -170,6 +206,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   std::string token;
   HostPort where;
   std::string where_source;
+  net::NetOptions net;
   if (d.networked) {
     if (options.coordinator.empty() && options.rendezvous_file.empty())
       return invalid_argument(
@@ -185,7 +222,6 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
       where = HostPort{"127.0.0.1", 0};
       where_source = "the rendezvous file " + options.rendezvous_file;
     }
-    net::NetOptions net;
     net.heartbeat_interval_ms = options.heartbeat_interval_ms;
     net.connection_timeout_ms = options.connection_timeout_ms;
     net.tls = net::use_tls(where.host, options.force_tls);
@@ -193,23 +229,27 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
       SY_ASSIGN_OR_RETURN(d.tls, net::TlsIdentity::create(token));
       net.tls_dir = d.tls->dir();
     }
-    net::enable_network(d.cfg, net);
   }
 
-  register_protocol(d.cfg);
-  // Workers are detached (own threads); the event-based roles handle a few messages per
-  // epoch, so they get two scheduler threads that block when idle ("sharing") instead of
-  // the work-stealing threads that poll every 50 us and took a tenth of the CPU of a run.
-  d.cfg.set("scheduler.max-threads", 2);
-  d.cfg.set("scheduler.policy", caf::atom("sharing"));
-  d.cfg.set("logger.verbosity", caf::atom("quiet"));
-  d.sys = std::make_unique<caf::actor_system>(d.cfg);
+  // The Env's configuration (actors/system_config.h by default); the messages are registered
+  // whatever it is (registering twice changes nothing), and a job of several processes
+  // turns on the network (heartbeats, and TLS off loopback).
+  auto cfg = env->new_actor_system_config();
+  if (!cfg) return invalid_argument("the Env made no actor system configuration");
+  register_protocol(*cfg);
+  if (d.networked) net::enable_network(*cfg, net);
+  auto system = std::make_shared<ActorSystem>(std::move(cfg));
+  caf::actor_system& sys = system->sys;
 
   CoordinatorOptions copts;
   copts.join_timeout_ms = options.join_timeout_ms;
+  copts.fs = job->fs;
+  copts.clock = job->clock;
+  coordinator_actor coordinator, job_coordinator;
+  net::gate_actor gate;
   if (!d.networked) {
-    d.coordinator = spawn_coordinator(*d.sys, CoordinatorState(job->info()), copts);
-    d.job_coordinator = d.coordinator;
+    coordinator = spawn_coordinator(sys, CoordinatorState(job->info()), copts);
+    job_coordinator = coordinator;
   } else if (options.host_coordinator) {
     copts.log = [](const std::string& line) {
       std::fprintf(stderr, "shardyard coordinator: %s\n", line.c_str());
@@ -217,25 +257,25 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     net::HostOptions host;
     host.listen = where;
     host.source = where_source;
-    host.tls = net::use_tls(where.host, options.force_tls);
+    host.tls = net.tls;
     host.token = token;
     host.rendezvous_file = options.rendezvous_file;
     host.coordinator = copts;
-    CoordinatorState core(job->info());
-    SY_ASSIGN_OR_RETURN(auto hosted, net::host_coordinator(*d.sys, std::move(core), host));
-    d.coordinator = hosted.coordinator;
-    d.gate = hosted.gate;
-    d.job_coordinator = d.coordinator;
+    SY_ASSIGN_OR_RETURN(auto hosted,
+                        net::host_coordinator(sys, CoordinatorState(job->info()), host));
+    coordinator = hosted.coordinator;
+    gate = hosted.gate;
+    job_coordinator = coordinator;
   } else {
     net::ConnectOptions c;
     c.where = where;
     c.rendezvous_file = options.rendezvous_file;
     c.source = where_source;
-    c.tls = net::use_tls(where.host, options.force_tls);
+    c.tls = net.tls;
     c.token = token;
     c.rank = ranks.empty() ? 0 : ranks.front();
     c.timeout_ms = options.join_timeout_ms;
-    SY_ASSIGN_OR_RETURN(d.job_coordinator, net::connect_coordinator(*d.sys, c));
+    SY_ASSIGN_OR_RETURN(job_coordinator, net::connect_coordinator(sys, c));
   }
 
   // Every hosted rank joins through its loader actor (so the coordinator monitors it), all
@@ -244,23 +284,38 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   LoaderActorOptions lopts;
   lopts.on_abort = [impl](Status why) { impl->stop_job(std::move(why)); };
   lopts.join_timeout_ms = options.join_timeout_ms + 10000;
-  for (auto r : ranks) d.ranks[r].loader = spawn_loader_actor(*d.sys, r, d.job_coordinator, lopts);
+  {
+    MutexLock lock(&d.mu);
+    d.system = system;
+    d.coordinator = coordinator;
+    d.gate = gate;
+    d.job_coordinator = job_coordinator;
+    for (auto r : ranks) d.ranks[r].loader = spawn_loader_actor(sys, r, job_coordinator, lopts);
+  }
   std::vector<Status> joined(ranks.size());
   {
     // (Scoped: shutdown() below waits for every actor, this one too.)
-    caf::scoped_actor self{*d.sys};
-    using JoinHandle = decltype(self->request(std::declval<loader_actor>(),
-                                              std::chrono::milliseconds(1), JoinRequest{}));
+    caf::scoped_actor self{sys};
+    const std::chrono::milliseconds timeout(lopts.join_timeout_ms + 5000);
+    using JoinHandle =
+        decltype(self->request(std::declval<loader_actor>(), timeout, JoinRequest{}));
     std::vector<JoinHandle> joins;
     for (auto r : ranks) {
-      JoinRequest req{r, options.workers, job->manifest->fingerprint, job->info(),
-                      options.restart_count};
-      joins.push_back(self->request(d.ranks[r].loader,
-                                    std::chrono::milliseconds(lopts.join_timeout_ms + 5000), req));
+      JoinRequest req;
+      req.rank = r;
+      req.workers = options.workers;
+      req.fingerprint = job->manifest->fingerprint;
+      req.job = job->info();
+      req.restart_count = options.restart_count;
+      joins.push_back(self->request(d.roles_of(r).loader, timeout, req));
     }
     for (size_t i = 0; i < joins.size(); ++i)
-      joins[i].receive([&](const JobInfo&) {},
-                       [&](const caf::error& err) { joined[i] = from_error(err); });
+      joins[i].receive([&](const JobInfo& msg) { received(msg); },
+                       [&](const caf::error& err) {
+                         joined[i] = request_failed(
+                             err, "the loader actor of rank " + std::to_string(ranks[i]),
+                             "JoinRequest", timeout);
+                       });
   }
   for (const auto& st : joined)
     if (!st.is_ok()) {
@@ -268,18 +323,19 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
       return st;
     }
   for (auto r : ranks) {
-    RankRoles& roles = d.ranks[r];
+    RankRoles roles = d.roles_of(r);
     for (uint32_t w = 0; w < options.workers; ++w)
-      roles.workers.push_back(spawn_worker(*d.sys, job, r, w));
-    roles.dispatcher =
-        spawn_dispatcher(*d.sys, job, r, d.job_coordinator, roles.workers, roles.loader);
-    roles.checkpoint = spawn_checkpoint_actor(*d.sys, job, r, d.job_coordinator, roles.dispatcher);
+      roles.workers.push_back(spawn_worker(sys, job, r, w));
+    roles.dispatcher = spawn_dispatcher(sys, job, r, job_coordinator, roles.workers, roles.loader);
+    roles.checkpoint = spawn_checkpoint_actor(sys, job, r, job_coordinator, roles.dispatcher);
+    MutexLock lock(&d.mu);
+    d.ranks[r] = std::move(roles);
   }
   return cluster;
 }
 
 Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   auto it = impl_->ranks.find(rank);
   if (impl_->stopped) return cancelled("the cluster was shut down");
   if (it == impl_->ranks.end())
@@ -293,19 +349,28 @@ Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
 std::vector<RoleSnapshot> Cluster::snapshot() {
   std::vector<RoleSnapshot> out;
   auto& d = *impl_;
-  if (d.stopped) return out;
-  caf::scoped_actor self{*d.sys};
+  auto system = d.running();
+  if (!system.is_ok()) return out;
+  coordinator_actor coordinator;
+  std::map<uint32_t, RankRoles> ranks;
+  {
+    MutexLock lock(&d.mu);
+    coordinator = d.coordinator;
+    ranks = d.ranks;
+  }
+  caf::scoped_actor self{(*system)->sys};
   auto ask = [&](auto handle) {
-    self->request(handle, std::chrono::seconds(10), SnapshotRequest{})
+    self->request(handle, kSnapshotTimeout, SnapshotRequest{})
         .receive(
             [&](const ActorSnapshot& s) {
+              received(s);
               out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items,
                                          s.bytes, s.steps, s.detail});
             },
             [&](const caf::error&) {});
   };
-  ask(d.coordinator);
-  for (auto& [r, roles] : d.ranks) {
+  ask(coordinator);
+  for (auto& [r, roles] : ranks) {
     ask(roles.dispatcher);
     ask(roles.checkpoint);
     ask(roles.loader);
@@ -318,35 +383,57 @@ void Cluster::interrupt() { impl_->cancel_epochs(); }
 
 Status Cluster::shutdown() {
   auto& d = *impl_;
-  if (d.stopped || !d.sys) return Status::ok();
-  d.stopped = true;
-  Status result;
-  // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
-  // open channel first, so each worker finishes its unit and can acknowledge.
-  interrupt();
+  std::shared_ptr<ActorSystem> system;
+  coordinator_actor coordinator, job_coordinator;
+  net::gate_actor gate;
+  std::map<uint32_t, RankRoles> ranks;
+  Status failure;
+  std::map<uint32_t, Status> rank_errors;
   {
-    caf::scoped_actor self{*d.sys};
-    if (d.networked && d.job_coordinator) {
+    // From here on every trainer call fails with kCancelled; the handles move out of the
+    // cluster, so that the actors can go once they acknowledged.
+    MutexLock lock(&d.mu);
+    if (d.stopped || !d.system) return Status::ok();
+    d.stopped = true;
+    system = std::move(d.system);
+    coordinator = std::move(d.coordinator);
+    job_coordinator = std::move(d.job_coordinator);
+    gate = std::move(d.gate);
+    failure = d.failure;
+    rank_errors = d.rank_errors;
+    // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
+    // open channel first, so each worker finishes its unit and can acknowledge.
+    for (auto& [r, roles] : d.ranks) {
+      for (auto& weak : roles.channels)
+        if (auto ch = weak.lock()) ch->cancel();
+      if (auto route = roles.route.lock()) route->cancel();
+      RankRoles& moved = ranks[r];
+      moved.loader = std::move(roles.loader);
+      moved.dispatcher = std::move(roles.dispatcher);
+      moved.checkpoint = std::move(roles.checkpoint);
+      moved.workers = std::move(roles.workers);
+      roles.channels.clear();
+    }
+  }
+  Status result;
+  {
+    caf::scoped_actor self{system->sys};
+    if (d.networked && job_coordinator && failure.is_ok()) {
       // Each hosted rank leaves the job: done, or with the error its trainer met, which stops
       // the other ranks. A rank that goes without leaving is lost, and stops them too.
-      const Status failure = d.job_failure();
-      for (auto& [r, roles] : d.ranks) {
-        if (!failure.is_ok()) break;  // the job is over; nobody waits for this rank
-        Status error;
-        {
-          std::lock_guard<std::mutex> lock(d.mu);
-          if (auto it = d.rank_errors.find(r); it != d.rank_errors.end()) error = it->second;
-        }
-        self->request(d.job_coordinator, std::chrono::seconds(10),
+      for (auto& [r, roles] : ranks) {
+        auto it = rank_errors.find(r);
+        const Status error = it == rank_errors.end() ? Status::ok() : it->second;
+        self->request(job_coordinator, kReplyTimeout,
                       RankLeave{r, error.is_ok(), error.is_ok() ? "" : error.to_string()})
-            .receive([](const LeaveAck&) {}, [](const caf::error&) {});
+            .receive([](const LeaveAck& msg) { received(msg); }, [](const caf::error&) {});
       }
       // The process hosting the coordinator keeps it until the other ranks have left too:
       // they lose it with this process.
-      if (d.gate && failure.is_ok()) {
-        self->request(d.coordinator, std::chrono::milliseconds(d.options.leave_timeout_ms),
-                      AwaitLeaves{})
-            .receive([](const LeaveAck&) {},
+      if (gate) {
+        const std::chrono::milliseconds leave(d.options.leave_timeout_ms);
+        self->request(coordinator, leave, AwaitLeaves{})
+            .receive([](const LeaveAck& msg) { received(msg); },
                      [&](const caf::error& err) {
                        if (err == caf::sec::request_timeout)
                          std::fprintf(stderr,
@@ -356,40 +443,27 @@ Status Cluster::shutdown() {
                      });
       }
     }
-    auto stop = [&](auto handle, const std::string& what) {
+    auto stop = [&](auto& handle, const std::string& what) {
       if (!handle) return;
-      self->request(handle, std::chrono::seconds(30), ShutdownRequest{"cluster shutdown"})
-          .receive([&](const ShutdownAck&) {},
+      self->request(handle, kShutdownTimeout, ShutdownRequest{"cluster shutdown"})
+          .receive([&](const ShutdownAck& msg) { received(msg); },
                    [&](const caf::error& err) {
                      if (result.is_ok())
-                       result = unavailable(
-                           what + " did not acknowledge shutdown: " + caf::to_string(err));
+                       result = request_failed(err, what, "ShutdownRequest", kShutdownTimeout);
                    });
+      handle = nullptr;
     };
-    for (auto& [r, roles] : d.ranks) {
+    for (auto& [r, roles] : ranks) {
       stop(roles.checkpoint, "checkpoint actor of rank " + std::to_string(r));
       stop(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
       for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
       stop(roles.loader, "loader of rank " + std::to_string(r));
     }
-    if (d.gate) stop(d.gate, "the coordinator's gate");
-    stop(d.coordinator, "coordinator");
+    if (gate) stop(gate, "the coordinator's gate");
+    stop(coordinator, "coordinator");
   }
-  if (d.gate) net::remove_rendezvous(d.options.rendezvous_file);
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    for (auto& [r, roles] : d.ranks) {
-      roles.loader = nullptr;
-      roles.dispatcher = nullptr;
-      roles.checkpoint = nullptr;
-      roles.workers.clear();
-      roles.channels.clear();
-    }
-  }
-  d.coordinator = nullptr;
-  d.gate = nullptr;
-  d.job_coordinator = nullptr;
-  d.sys.reset();  // waits for every actor to finish
+  if (gate) net::remove_rendezvous(d.options.rendezvous_file);
+  system.reset();  // waits for every actor to finish, unless a trainer call still holds it
   d.tls.reset();
   return result;
 }
@@ -407,37 +481,40 @@ struct Loader::Epoch {
   uint64_t steps = 0;
   std::unique_ptr<RankMerger> merger;
   std::vector<std::thread> collators;
-  std::mutex take_mu;  // serialises merger->take_step()
-  std::mutex mu;
-  std::condition_variable room;     // collators wait here for room to build another batch
-  std::condition_variable arrived;  // the trainer waits here for the next step's batch
+  Mutex take_mu;  // serialises merger->take_step()
+  Mutex mu;
+  CondVar room;     // collators wait here for room to build another batch
+  CondVar arrived;  // the trainer waits here for the next step's batch
   struct Ready {
     Result<std::optional<Batch>> batch;
     StepProgress progress;  // applied to `cursor` when the trainer takes the batch
   };
-  std::map<uint64_t, Ready> ready;  // by step; guarded by mu
-  size_t building = 0;              // guarded by mu
-  bool taken_all = false;           // guarded by mu
-  bool stop = false;                // guarded by mu
-  size_t depth = 2;
-  uint64_t next_step = 0;         // the number of the next batch next() returns
-  uint64_t taken_step = 0;        // the number of the next batch take() returns
+  std::map<uint64_t, Ready> ready SY_GUARDED_BY(mu);  // by step
+  size_t building SY_GUARDED_BY(mu) = 0;
+  bool taken_all SY_GUARDED_BY(mu) = false;
+  bool stop SY_GUARDED_BY(mu) = false;
+  size_t depth = 2;        // set before the collators start; then read-only
+  uint64_t next_step = 0;  // the number of the next batch next() returns
+  // The number of the next batch take() returns: the trainer's, or the prefetcher's copy
+  // thread's (only one of them takes).
+  uint64_t taken_step SY_GUARDED_BY(mu) = 0;
   BufferPool* columns = nullptr;  // pinned pool of the device; null: the job's pool
   std::unique_ptr<gpu::DevicePrefetcher> prefetcher;
-  std::map<uint64_t, StepProgress> prefetched;  // progress of batches taken by the prefetcher
+  // Progress of batches taken by the prefetcher, until next() hands them out.
+  std::map<uint64_t, StepProgress> prefetched SY_GUARDED_BY(mu);
   uint64_t delivered_items = 0;
   RankCursor cursor;  // what the trainer consumed: the checkpoint state of this rank
   bool finished = false;
   Status error;
-  std::chrono::steady_clock::time_point last_report;
-  loader_actor cursor_actor;  // this rank's loader actor: keeps the cursor
+  int64_t last_report_ns = INT64_MIN / 2;  // Clock::steady_ns() of the last StepReport
+  loader_actor cursor_actor;               // this rank's loader actor: keeps the cursor
 
   void collate() {
     std::vector<Item> items;
     for (;;) {
       {
-        std::unique_lock<std::mutex> lock(mu);
-        room.wait(lock, [&] { return stop || taken_all || ready.size() + building < depth; });
+        MutexLock lock(&mu);
+        while (!stop && !taken_all && ready.size() + building >= depth) room.wait(&mu);
         if (stop || taken_all) return;
         ++building;
       }
@@ -445,7 +522,7 @@ struct Loader::Epoch {
       Result<bool> got = false;
       StepProgress progress;
       {
-        std::lock_guard<std::mutex> take(take_mu);
+        MutexLock take(&take_mu);
         got = merger->take_step(&items, &step, &progress);
       }
       Result<std::optional<Batch>> out = std::optional<Batch>();
@@ -457,7 +534,7 @@ struct Loader::Epoch {
       }
       bool last = !got.is_ok() || !*got;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         --building;
         if (last) taken_all = true;
         ready.emplace(step, Ready{std::move(out), std::move(progress)});
@@ -474,19 +551,24 @@ struct Loader::Epoch {
 
   // The next batch in step order (from the collators, or collated here when depth is 0),
   // and what it consumed. Called by the trainer, or by the prefetcher's copy thread.
-  Result<std::optional<Batch>> take(StepProgress* progress) {
+  Result<std::optional<Batch>> take(StepProgress* progress) SY_EXCLUDES(mu) {
     if (depth == 0) {
       std::vector<Item> items;
       uint64_t step = 0;
       SY_ASSIGN_OR_RETURN(bool got, merger->take_step(&items, &step, progress));
       if (!got) return std::optional<Batch>();
-      ++taken_step;
+      {
+        MutexLock lock(&mu);
+        ++taken_step;
+      }
       return std::optional<Batch>(build(items, step));
     }
     Result<std::optional<Batch>> b = std::optional<Batch>();
     {
-      std::unique_lock<std::mutex> lock(mu);
-      arrived.wait(lock, [&] { return stop || ready.count(taken_step) > 0; });
+      MutexLock lock(&mu);
+      // A collator always hands in the next step (a batch, the end, or an error) unless the
+      // epoch is stopped.
+      while (!stop && ready.count(taken_step) == 0) arrived.wait(&mu);
       if (stop) return cancelled("the epoch was stopped");
       auto it = ready.find(taken_step);
       b = std::move(it->second.batch);
@@ -499,11 +581,11 @@ struct Loader::Epoch {
   }
 
   // The prefetcher's source: take() on its copy thread, keeping the progress for next().
-  Result<std::optional<Batch>> take_for_device() {
+  Result<std::optional<Batch>> take_for_device() SY_EXCLUDES(mu) {
     StepProgress progress;
     auto b = take(&progress);
     if (b.is_ok() && b->has_value()) {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       prefetched[(*b)->step()] = std::move(progress);
     }
     return b;
@@ -530,7 +612,7 @@ Loader::Loader(std::shared_ptr<Cluster> cluster, uint32_t rank)
 
 Loader::~Loader() {
   stop_epoch();
-  std::lock_guard<std::mutex> lock(cluster_->impl_->mu);
+  MutexLock lock(&cluster_->impl_->mu);
   auto it = cluster_->impl_->ranks.find(rank_);
   if (it != cluster_->impl_->ranks.end()) it->second.loader_open = false;
 }
@@ -548,7 +630,7 @@ void Loader::stop_epoch() {
   if (!epoch_) return;
   epoch_->merger->cancel();  // unblocks workers and the collator
   {
-    std::lock_guard<std::mutex> lock(epoch_->mu);
+    MutexLock lock(&epoch_->mu);
     epoch_->stop = true;
   }
   epoch_->room.notify_all();
@@ -561,15 +643,9 @@ void Loader::stop_epoch() {
 Status Loader::start_epoch(uint32_t epoch) {
   stop_epoch();
   auto& d = *cluster_->impl_;
-  if (d.stopped) return cancelled("the cluster was shut down");
+  SY_ASSIGN_OR_RETURN(auto system, d.running());
   if (Status why = d.job_failure(); !why.is_ok()) return failed(why);
-  dispatcher_actor dispatcher;
-  loader_actor cursor_keeper;
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    dispatcher = d.ranks.at(rank_).dispatcher;
-    cursor_keeper = d.ranks.at(rank_).loader;
-  }
+  const RankRoles roles = d.roles_of(rank_);
   const auto& job = *d.job;
   const uint32_t w_count = job.topology.workers;
   const bool exact = d.options.order == Order::kExact;
@@ -603,10 +679,17 @@ Status Loader::start_epoch(uint32_t epoch) {
 
   Result<EpochTicket> ticket = internal_error("no answer from the dispatcher");
   {
-    caf::scoped_actor self{*d.sys};
-    self->request(dispatcher, std::chrono::seconds(60), start)
-        .receive([&](EpochTicket& t) { ticket = std::move(t); },
-                 [&](const caf::error& err) { ticket = from_error(err); });
+    caf::scoped_actor self{system->sys};
+    self->request(roles.dispatcher, kEpochStartTimeout, start)
+        .receive(
+            [&](EpochTicket& t) {
+              received(t);
+              ticket = std::move(t);
+            },
+            [&](const caf::error& err) {
+              ticket = request_failed(err, "the dispatcher of rank " + std::to_string(rank_),
+                                      "EpochStart", kEpochStartTimeout);
+            });
   }
   if (!ticket.is_ok()) {
     for (auto& c : channels) c->cancel();
@@ -614,7 +697,7 @@ Status Loader::start_epoch(uint32_t epoch) {
     return failed(ticket.status());
   }
   {
-    std::lock_guard<std::mutex> lock(d.mu);
+    MutexLock lock(&d.mu);
     auto& registered = d.ranks.at(rank_);
     registered.channels.assign(channels.begin(), channels.end());
     registered.route = route;
@@ -628,7 +711,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   auto& e = *epoch_;
   e.epoch = epoch;
   e.rank = rank_;
-  e.cursor_actor = cursor_keeper;
+  e.cursor_actor = roles.loader;
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
   std::vector<std::shared_ptr<const std::string>> states;
@@ -652,7 +735,11 @@ Status Loader::start_epoch(uint32_t epoch) {
   }
   e.cursor = RankCursor(*ticket, w_count, std::move(states), std::move(dispatcher_state),
                         std::move(loader_state));
-  e.next_step = e.taken_step = ticket->first_step;
+  e.next_step = ticket->first_step;
+  {
+    MutexLock lock(&e.mu);
+    e.taken_step = ticket->first_step;
+  }
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
                                           route, std::move(post).value());
   if (d.device) e.columns = d.device->columns.get();  // before any collator runs
@@ -675,7 +762,7 @@ Status Loader::failed(Status st) {
   // A job that stopped under this rank (a rank lost, the coordinator gone) is why its epoch
   // was cancelled: say that, not "cancelled".
   if (Status why = d.job_failure(); !why.is_ok()) st = why;
-  std::lock_guard<std::mutex> lock(d.mu);
+  MutexLock lock(&d.mu);
   d.rank_errors.emplace(rank_, st);
   return st;
 }
@@ -690,7 +777,7 @@ Result<std::optional<Batch>> Loader::next() {
   if (e.prefetcher) {
     b = e.prefetcher->next();
     if (b.is_ok() && b->has_value()) {
-      std::lock_guard<std::mutex> lock(e.mu);
+      MutexLock lock(&e.mu);
       auto it = e.prefetched.find((*b)->step());
       if (it != e.prefetched.end()) {
         progress = std::move(it->second);
@@ -721,9 +808,9 @@ Result<std::optional<Batch>> Loader::next() {
   // The loader actor keeps the cursor for the monitor. A message per batch would wake an
   // actor thousands of times a second, so report at most every 20 ms (and at the end); the
   // exact cursor stays with this object.
-  auto now = std::chrono::steady_clock::now();
-  if (now - e.last_report >= std::chrono::milliseconds(20) || e.next_step == e.steps) {
-    e.last_report = now;
+  const int64_t now = cluster_->impl_->job->clock->steady_ns();
+  if (now - e.last_report_ns >= 20'000'000 || e.next_step == e.steps) {
+    e.last_report_ns = now;
     caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
   }
   if (e.next_step == e.steps)
@@ -739,17 +826,13 @@ Status Loader::save(const std::string& dir) {
   if (!e.error.is_ok())
     return Status(e.error.code(), "cannot save a failed epoch: " + e.error.message());
   auto& d = *cluster_->impl_;
-  if (d.stopped) return cancelled("the cluster was shut down");
-  if (Status why = d.job_failure(); !why.is_ok()) return failed(why);
+  SY_ASSIGN_OR_RETURN(auto system, d.running());
+  if (Status why = d.job_failure(); !why.is_ok()) return why;
   if (d.job->dispatch != Dispatch::kNone && d.options.order != Order::kExact)
     return invalid_argument(
         "a checkpoint needs order=exact when a dispatcher routes items: with as_completed "
         "the consumed items of a logical shard are not a prefix of its order");
-  checkpoint_actor keeper;
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    keeper = d.ranks.at(rank_).checkpoint;
-  }
+  const checkpoint_actor keeper = d.roles_of(rank_).checkpoint;
   const EpochTicket& t = e.merger->ticket();
   SaveRequest req;
   req.dir = dir;
@@ -767,16 +850,23 @@ Status Loader::save(const std::string& dir) {
   req.dispatcher_state = e.cursor.dispatcher_state();
   req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
-  caf::scoped_actor self{*d.sys};
-  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms), std::move(req))
-      .receive([&](const SaveDone&) { result = Status::ok(); },
-               [&](const caf::error& err) {
-                 result = from_error(err);
-                 if (err == caf::sec::request_timeout)
-                   result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " +
-                                        dir + " timed out: every rank must call save() at step " +
-                                        std::to_string(e.next_step));
-               });
+  caf::scoped_actor self{system->sys};
+  const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  self->request(keeper, timeout, std::move(req))
+      .receive(
+          [&](const SaveDone& msg) {
+            received(msg);
+            result = Status::ok();
+          },
+          [&](const caf::error& err) {
+            result = request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
+                                    "SaveRequest", timeout);
+            if (err == caf::sec::request_timeout)
+              result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " + dir +
+                                   " timed out: " + result.message() +
+                                   "; every rank must call save() at step " +
+                                   std::to_string(e.next_step));
+          });
   if (!result.is_ok())
     if (Status why = d.job_failure(); !why.is_ok()) result = why;
   return result;
@@ -786,18 +876,21 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
   if (epoch_ || (restored_ && restored_->started))
     return invalid_argument("restore() must come before the first start_epoch()");
   auto& d = *cluster_->impl_;
-  if (d.stopped) return cancelled("the cluster was shut down");
-  checkpoint_actor keeper;
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    keeper = d.ranks.at(rank_).checkpoint;
-  }
+  SY_ASSIGN_OR_RETURN(auto system, d.running());
+  const checkpoint_actor keeper = d.roles_of(rank_).checkpoint;
   Result<ResumeGrant> grant = internal_error("no answer from the checkpoint actor");
-  caf::scoped_actor self{*d.sys};
-  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms),
-                RestoreRequest{dir})
-      .receive([&](ResumeGrant& g) { grant = std::move(g); },
-               [&](const caf::error& err) { grant = from_error(err); });
+  caf::scoped_actor self{system->sys};
+  const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  self->request(keeper, timeout, RestoreRequest{dir})
+      .receive(
+          [&](ResumeGrant& g) {
+            received(g);
+            grant = std::move(g);
+          },
+          [&](const caf::error& err) {
+            grant = request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
+                                   "RestoreRequest", timeout);
+          });
   if (!grant.is_ok()) {
     if (Status why = d.job_failure(); !why.is_ok()) return why;
     return grant.status();

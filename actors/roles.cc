@@ -1,6 +1,7 @@
 #include "actors/roles.h"
 
 #include <chrono>
+#include <optional>
 
 #include "actors/state/coordinator_state.h"
 #include "actors/state/dispatcher_state.h"
@@ -12,18 +13,30 @@ namespace shardyard::actors {
 // The Status travels as sec::runtime_error with (code, message) as context, so the code
 // survives a hop between actors (and between processes).
 caf::error to_error(const Status& st) {
-  return caf::make_error(caf::sec::runtime_error, static_cast<int32_t>(st.code()), st.message());
+  auto err =
+      caf::make_error(caf::sec::runtime_error, static_cast<int32_t>(st.code()), st.message());
+  release_at(err.context().cvals().get());  // see actors/state/mailbox_order.h
+  return err;
 }
 
 Status from_error(const caf::error& err) {
   if (!err) return Status::ok();
   const caf::message& ctx = err.context();
+  acquire_at(ctx.cvals().get());
   if (ctx.match_elements<int32_t, std::string>()) {
     auto code = ctx.get_as<int32_t>(0);
     if (code > 0 && code <= static_cast<int32_t>(StatusCode::kUnavailable))
       return Status(static_cast<StatusCode>(code), ctx.get_as<std::string>(1));
   }
   return unavailable(caf::to_string(err));
+}
+
+Status request_failed(const caf::error& err, const std::string& actor, const char* message,
+                      std::chrono::milliseconds timeout) {
+  if (err == caf::sec::request_timeout)
+    return unavailable("no reply from " + actor + " to " + message + " within " +
+                       std::to_string(timeout.count()) + " ms");
+  return from_error(err);
 }
 
 namespace {
@@ -52,12 +65,18 @@ struct WorkerActorState {
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActorState> self,
                                       std::shared_ptr<const JobData> job, uint32_t rank,
                                       uint32_t worker) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.worker = worker;
   self->state.core = std::make_unique<WorkerCore>(job, rank, worker);
   return {
-      // Detached actor: the unit blocks this actor's own thread, nobody else's.
-      [=](const WorkUnit& unit) -> WorkerDone {
+      // Detached actor: the unit blocks this actor's own thread, nobody else's. It accepts the
+      // unit at once and reports its end to the dispatcher that sent it.
+      [=](const WorkUnit& unit) -> caf::typed_response_promise<UnitAccepted> {
+        const ActorTurn turn(unit);
+        auto rp = self->make_response_promise<UnitAccepted>();
+        rp.deliver(UnitAccepted{unit.rank, unit.worker, unit.epoch});
+        auto dispatcher = caf::actor_cast<dispatcher_actor>(self->current_sender());
         auto& st = self->state;
         st.epoch = unit.epoch;
         st.state = "running";
@@ -73,9 +92,11 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         st.items += done.items;
         st.bytes += done.bytes;
         st.state = done.ok ? "idle" : "failed";
-        return done;
+        if (dispatcher) self->send(dispatcher, done);
+        return rp;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         ActorSnapshot s;
         s.role = "worker";
@@ -87,7 +108,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         s.bytes = st.bytes;
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         auto ack = ShutdownAck{"worker", self->state.rank, self->state.worker};
         self->state.core.reset();
         self->quit();
@@ -118,6 +140,9 @@ struct DispatcherActorState {
   std::unique_ptr<DispatcherState> core;
   coordinator_actor coordinator;
   std::vector<worker_actor> workers;
+  // By worker: the epoch of the unit it runs (accepted or sent), until its WorkerDone; so a
+  // worker that stops while it runs one fails that unit.
+  std::vector<std::optional<uint32_t>> running;
   loader_actor loader;
   // Epoch starts waiting for the coordinator's key: a request to a coordinator whose
   // process died is never answered, so its loss answers them.
@@ -130,21 +155,51 @@ dispatcher_actor::behavior_type dispatcher_fn(
     dispatcher_actor::stateful_pointer<DispatcherActorState> self,
     std::shared_ptr<const JobData> job, uint32_t rank, coordinator_actor coordinator,
     std::vector<worker_actor> workers, loader_actor loader) {
+  const ActorTurn turn;
   self->state.core = std::make_unique<DispatcherState>(job, rank);
   self->state.coordinator = coordinator;
   self->state.workers = std::move(workers);
+  self->state.running.resize(self->state.workers.size());
   self->state.loader = loader;
-  self->monitor(coordinator);
-  self->set_down_handler([=](caf::down_msg& dm) {
-    if (dm.source != self->state.coordinator.address()) return;
-    for (auto& [token, rp] : self->state.starting)
-      rp.deliver(
-          to_error(unavailable("rank " + std::to_string(rank) + " lost the job's coordinator (" +
-                               self->system().render(dm.reason) + ")")));
-    self->state.starting.clear();
+  const uint32_t w_count = static_cast<uint32_t>(self->state.workers.size());
+  // A unit's end, from a worker (forwarded to the loader actor) or from the feed (worker W).
+  auto unit_done = [=](const WorkerDone& done) {
+    if (done.worker < w_count) {
+      auto& running = self->state.running[done.worker];
+      if (running && *running == done.epoch) running.reset();
+      self->send(self->state.loader, done);
+    }
+    self->state.core->unit_done(done);
+  };
+  auto unit_failed = [=](const WorkUnit& unit, const Status& why) {
+    unit_done(WorkerDone{unit.rank, unit.worker, unit.epoch, 0, 0, false, why.to_string()});
+  };
+  for (auto& w : self->state.workers) self->monitor(w);
+  // Epoch starts wait for the coordinator's key: a request to a coordinator whose process
+  // died is never answered, so its loss answers them.
+  self->monitor(self->state.coordinator);
+  self->set_down_handler([=](caf::down_msg& down) {
+    const ActorTurn down_turn;
+    auto& st = self->state;
+    for (uint32_t w = 0; w < w_count; ++w) {
+      if (st.workers[w].address() != down.source || !st.running[w]) continue;
+      const uint32_t epoch = *st.running[w];
+      unit_done(WorkerDone{rank, w, epoch, 0, 0, false,
+                           "worker " + std::to_string(w) + " of rank " + std::to_string(rank) +
+                               " stopped while it ran its unit of epoch " + std::to_string(epoch) +
+                               ": " + caf::to_string(down.reason)});
+    }
+    if (down.source == st.coordinator.address()) {
+      for (auto& [token, rp] : st.starting)
+        rp.deliver(
+            to_error(unavailable("rank " + std::to_string(rank) + " lost the job's coordinator (" +
+                                 self->system().render(down.reason) + ")")));
+      st.starting.clear();
+    }
   });
   return {
       [=](const EpochStart& start) -> caf::typed_response_promise<EpochTicket> {
+        const ActorTurn turn(start);
         auto rp = self->make_response_promise<EpochTicket>();
         const uint64_t token = ++self->state.next_start;
         self->state.starting.emplace_back(token, rp);
@@ -158,9 +213,10 @@ dispatcher_actor::behavior_type dispatcher_fn(
             }
           return false;
         };
-        self->request(self->state.coordinator, caf::infinite, EpochKeyRequest{start.epoch})
+        self->request(self->state.coordinator, kReplyTimeout, EpochKeyRequest{start.epoch})
             .then(
                 [=](const EpochKey& key) mutable {
+                  const ActorTurn turn(key);
                   if (!settled()) return;
                   auto a = self->state.core->start_epoch(start, key);
                   if (!a.is_ok()) {
@@ -168,19 +224,18 @@ dispatcher_actor::behavior_type dispatcher_fn(
                     return;
                   }
                   for (auto& unit : a->units) {
-                    auto w = self->state.workers[unit.worker];
-                    self->request(w, caf::infinite, unit)
-                        .then(
-                            [=](const WorkerDone& done) {
-                              self->state.core->unit_done(done);
-                              self->send(self->state.loader, done);
-                            },
-                            [=](const caf::error& err) {
-                              WorkerDone failed{unit.rank, unit.worker, unit.epoch,         0,
-                                                0,         false,       caf::to_string(err)};
-                              self->state.core->unit_done(failed);
-                              self->send(self->state.loader, failed);
-                            });
+                    self->state.running[unit.worker] = unit.epoch;
+                    self->request(self->state.workers[unit.worker], kReplyTimeout, unit)
+                        .then([=](const UnitAccepted& accepted) { const ActorTurn turn(accepted); },
+                              [=](const caf::error& err) {
+                                const ActorTurn turn;
+                                self->state.running[unit.worker].reset();
+                                unit_failed(unit,
+                                            request_failed(err,
+                                                           "worker " + std::to_string(unit.worker) +
+                                                               " of rank " + std::to_string(rank),
+                                                           "WorkUnit", kReplyTimeout));
+                              });
                   }
                   if (a->feed)
                     self->spawn<caf::detached>(feed_fn, dispatcher_actor{self}, job, rank,
@@ -188,17 +243,29 @@ dispatcher_actor::behavior_type dispatcher_fn(
                   rp.deliver(a->ticket);
                 },
                 [=](const caf::error& err) mutable {
-                  if (settled()) rp.deliver(err);
+                  const ActorTurn turn;
+                  if (settled())
+                    rp.deliver(to_error(
+                        request_failed(err, "the coordinator", "EpochKeyRequest", kReplyTimeout)));
                 });
         return rp;
       },
       [=](const ResumeGrant& grant) -> ResumeAck {
+        const ActorTurn turn(grant);
         self->state.core->set_resume(grant);
         return ResumeAck{};
       },
-      [=](const WorkerDone& feed_done) { self->state.core->unit_done(feed_done); },
-      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const WorkerDone& done) {
+        const ActorTurn turn(done);
+        unit_done(done);
+      },
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
+        return self->state.core->snapshot();
+      },
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
+        for (auto& w : self->state.workers) self->demonitor(w.address());
         self->state.workers.clear();
         self->state.coordinator = nullptr;
         self->state.loader = nullptr;
@@ -248,6 +315,7 @@ void abort_rank(loader_actor::stateful_pointer<LoaderActorState> self, Status wh
 loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActorState> self,
                                       uint32_t rank, coordinator_actor coordinator,
                                       LoaderActorOptions options) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   self->state.on_abort = options.on_abort;
@@ -255,6 +323,7 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
   // broke, or it stopped answering heartbeats), the rank cannot go on.
   self->monitor(coordinator);
   self->set_down_handler([=](caf::down_msg& dm) {
+    const ActorTurn turn;
     if (dm.source != self->state.coordinator.address()) return;
     abort_rank(self, unavailable("rank " + std::to_string(rank) + " lost the job's coordinator (" +
                                  self->system().render(dm.reason) + ")"));
@@ -262,30 +331,44 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
   return {
       // The owner's join goes through this actor, so that the coordinator monitors it.
       [=](const JoinRequest& req) -> caf::typed_response_promise<JobInfo> {
+        const ActorTurn turn(req);
         auto rp = self->make_response_promise<JobInfo>();
-        self->request(self->state.coordinator, std::chrono::milliseconds(options.join_timeout_ms),
-                      req)
-            .then([=](const JobInfo& job) mutable { rp.deliver(job); },
-                  [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        const std::chrono::milliseconds timeout(options.join_timeout_ms);
+        self->request(self->state.coordinator, timeout, req)
+            .then(
+                [=](const JobInfo& job) mutable {
+                  const ActorTurn turn(job);
+                  rp.deliver(job);
+                },
+                [=](caf::error& err) mutable {
+                  const ActorTurn turn;
+                  rp.deliver(to_error(
+                      request_failed(err, "the job's coordinator", "JoinRequest", timeout)));
+                });
         return rp;
       },
       [=](const JobAborted& aborted) {
+        const ActorTurn turn(aborted);
         abort_rank(self, unavailable("the job stopped: " + aborted.reason));
       },
       [=](const StepReport& r) {
+        const ActorTurn turn(r);
         self->state.state = "running";
         self->state.cursor = r;
       },
       [=](const RankEpochDone& done) {
+        const ActorTurn turn(done);
         self->state.state = "idle";
         self->send(self->state.coordinator, done);
       },
       [=](const WorkerDone& done) {
+        const ActorTurn turn(done);
         self->state.produced += done.items;
         self->state.bytes += done.bytes;
         if (!done.ok) ++self->state.failures;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         ActorSnapshot s;
         s.role = "loader";
@@ -299,7 +382,8 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
                    std::to_string(st.failures) + " failed units";
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         self->demonitor(self->state.coordinator.address());
         self->state.coordinator = nullptr;
         self->state.on_abort = nullptr;

@@ -184,7 +184,7 @@ void run_rank(Cluster& cluster, uint32_t rank, uint32_t slot, const RunArgs& arg
   out->status = dump.close();
 }
 
-int run(const RunArgs& args) {
+int run(const RunArgs& args, Env* env) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   double cpu0 = cpu_seconds();
@@ -206,6 +206,7 @@ int run(const RunArgs& args) {
     return 2;
   }
   LoaderOptions opt;
+  opt.env = env;
   opt.sources = args.sources;
   // --ranks R: a whole job of R ranks in this process. Without it, one rank of a job that
   // the launcher's variables (or --rank, --world-size, --coordinator) describe.
@@ -256,7 +257,7 @@ int run(const RunArgs& args) {
   opt.plan.distributed_strategy = args.distributed_strategy;
   opt.plan.worker_strategy = args.worker_strategy;
   opt.order = args.order == "as_completed" ? Order::kAsCompleted : Order::kExact;
-  opt.on_corrupt = args.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
+  opt.on_corrupt = args.on_corrupt == "skip" ? OnCorrupt::kSkip : OnCorrupt::kFail;
   opt.strict_members = args.strict;
   opt.prefetch_batches = args.prefetch_batches;
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
@@ -506,7 +507,7 @@ int run(const RunArgs& args) {
 
 }  // namespace
 
-Command add_run_command(CLI::App& app) {
+Command add_run_command(CLI::App& app, Env* env) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "load a dataset end to end and print a JSON summary");
   cmd->add_option("--source", args->sources, "shard paths, brace patterns or directories")
@@ -588,7 +589,7 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::Range(1u, 64u));
   cmd->add_flag("--check-device", args->check_device,
                 "copy every batch back from the device and compare it with the host batch");
-  return [args] { return run(*args); };
+  return [args, env] { return run(*args, env); };
 }
 
 }  // namespace shardyard::tools

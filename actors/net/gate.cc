@@ -82,6 +82,7 @@ namespace {
 
 gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinator,
                                   GateOptions options) {
+  const ActorTurn turn;
   self->state.coordinator = std::move(coordinator);
   self->state.options = std::move(options);
   self->set_default_handler([=](caf::scheduled_actor* s,
@@ -97,6 +98,7 @@ gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinat
   });
   return {
       [=](const Hello& h) -> caf::result<Challenge> {
+        const ActorTurn turn(h);
         const auto& sender = self->current_sender();
         if (!sender) return refuse(self, "Hello without a sender");
         if (h.protocol_version != kProtocolVersion)
@@ -111,6 +113,7 @@ gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinat
         return c;
       },
       [=](const Proof& proof) -> caf::result<Admitted> {
+        const ActorTurn turn(proof);
         const auto& sender = self->current_sender();
         if (!sender) return refuse(self, "Proof without a sender");
         if (Status st = check_limits(proof); !st.is_ok()) return refuse(self, st.message());
@@ -132,37 +135,58 @@ gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinat
         return Admitted{
             auth_proof(token, "coordinator", p.server_nonce, p.client_nonce, node, proof.rank)};
       },
-      [=](const JoinRequest& m) -> caf::result<JobInfo> { return pass<JobInfo>(self, m, m.rank); },
+      [=](const JoinRequest& m) -> caf::result<JobInfo> {
+        const ActorTurn turn(m);
+        return pass<JobInfo>(self, m, m.rank);
+      },
       [=](const EpochKeyRequest& m) -> caf::result<EpochKey> {
+        const ActorTurn turn(m);
         return pass<EpochKey>(self, m, kAnyRank);
       },
-      [=](const RankEpochDone& m) -> caf::result<void> { return pass<void>(self, m, m.rank); },
+      [=](const RankEpochDone& m) -> caf::result<void> {
+        const ActorTurn turn(m);
+        return pass<void>(self, m, m.rank);
+      },
       [=](const CheckpointBegin& m) -> caf::result<CheckpointGeneration> {
+        const ActorTurn turn(m);
         return pass<CheckpointGeneration>(self, m, m.rank);
       },
       [=](const RankSaved& m) -> caf::result<CheckpointCommitted> {
+        const ActorTurn turn(m);
         return pass<CheckpointCommitted>(self, m, m.rank);
       },
       [=](const ResumeOffer& m) -> caf::result<ResumeGrant> {
+        const ActorTurn turn(m);
         return pass<ResumeGrant>(self, m, m.rank);
       },
-      [=](const RankLeave& m) -> caf::result<LeaveAck> { return pass<LeaveAck>(self, m, m.rank); },
+      [=](const RankLeave& m) -> caf::result<LeaveAck> {
+        const ActorTurn turn(m);
+        return pass<LeaveAck>(self, m, m.rank);
+      },
       [=](const SnapshotRequest& m) -> caf::result<ActorSnapshot> {
+        const ActorTurn turn(m);
         return pass<ActorSnapshot>(self, m, kAnyRank);
       },
-      [=](const RankSaveFailed& m) -> caf::result<void> { return pass<void>(self, m, m.rank); },
+      [=](const RankSaveFailed& m) -> caf::result<void> {
+        const ActorTurn turn(m);
+        return pass<void>(self, m, m.rank);
+      },
       [=](join_deadline_atom) -> caf::result<void> {
+        const ActorTurn turn;
         return refuse(self, "a coordinator's timer comes only from its own process");
       },
-      [=](const CommitOutcome&) -> caf::result<void> {
+      [=](const CommitOutcome& m) -> caf::result<void> {
+        const ActorTurn turn(m);
         return refuse(self, "a commit outcome comes only from the coordinator's own process");
       },
       [=](const AwaitLeaves& m) -> caf::result<LeaveAck> {
+        const ActorTurn turn(m);
         if (!local(self))
           return refuse(self, "AwaitLeaves comes only from the coordinator's process");
         return self->delegate(self->state.coordinator, m);
       },
-      [=](const ShutdownRequest&) -> caf::result<ShutdownAck> {
+      [=](const ShutdownRequest& m) -> caf::result<ShutdownAck> {
+        const ActorTurn turn(m);
         if (!local(self))
           return refuse(self, "a shutdown comes only from the coordinator's process");
         self->state.coordinator = nullptr;

@@ -24,6 +24,11 @@ CoordinatorState CoordinatorState::for_world(uint32_t world_size, uint32_t resta
 Result<JoinOutcome> CoordinatorState::join(const JoinRequest& req) {
   SY_RETURN_IF_ERROR(failure_);
   const std::string who = "rank " + std::to_string(req.rank);
+  if (req.protocol_version != kProtocolVersion)
+    return invalid_argument(
+        who + " speaks protocol version " + std::to_string(req.protocol_version) +
+        "; this coordinator speaks version " + std::to_string(kProtocolVersion) +
+        ": run the same shardyard release on every rank");
   if (restart_count_ && req.restart_count != *restart_count_)
     return unavailable(who + " belongs to restart " + std::to_string(req.restart_count) +
                        " of the job; this coordinator serves restart " +

@@ -5,11 +5,16 @@
 // pointer, a callable or a process-local handle; bytes of items never travel here (they
 // use the data plane, io/transport/data_plane.h), only the name of the channel that carries
 // them. docs/protocol.md says who sends each message, who answers with what, and when.
+// Every struct ends with `MailboxOrder order{}` (actors/state/mailbox_order.h), which is not
+// sent: it shows ThreadSanitizer that a message's fields were written before its handler
+// reads them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "actors/state/mailbox_order.h"
 
 namespace shardyard::actors {
 
@@ -35,25 +40,31 @@ struct JobInfo {
   std::string pipeline;  // spec_to_string() of the pipeline spec
   std::string dispatch;  // dispatch_name() of the resolved dispatch mode
   std::string windows;   // window_spec_to_string(), empty for tar shards
+  MailboxOrder order{};
 };
 
-// rank -> coordinator: join the job; reply JobInfo, or an error when the fingerprint or the
-// topology does not match the job.
+// rank -> coordinator: join the job; reply JobInfo, or an error when the protocol version,
+// the fingerprint or the topology does not match the job. The version is the first field
+// on the wire (actors/protocol.h), so every later version can still read it.
 struct JoinRequest {
   uint32_t rank = 0;
   uint32_t workers = 0;
   uint64_t fingerprint = 0;
   JobInfo job;                 // the job as this rank built it from its own options and manifest
   uint32_t restart_count = 0;  // the launcher's restarts (TORCHELASTIC_RESTART_COUNT)
+  uint32_t protocol_version = kProtocolVersion;
+  MailboxOrder order{};
 };
 
 // dispatcher -> coordinator: the shared key of an epoch; reply EpochKey.
 struct EpochKeyRequest {
   uint32_t epoch = 0;
+  MailboxOrder order{};
 };
 struct EpochKey {
   uint32_t epoch = 0;
   uint64_t key = 0;
+  MailboxOrder order{};
 };
 
 // loader -> dispatcher: start an epoch, feeding the named channels (one per worker, or one
@@ -63,6 +74,7 @@ struct EpochStart {
   uint32_t epoch = 0;
   std::vector<std::string> channels;  // size 1 (shared) or W
   std::string route;  // dispatch modes: the route from the dispatcher to the workers
+  MailboxOrder order{};
 };
 
 // The rank's share of the epoch, enough for the loader to merge worker output in order.
@@ -80,6 +92,7 @@ struct EpochTicket {
   uint64_t layout_step0 = 0;
   uint64_t layout_offset = 0;
   uint64_t layout_items = 0;
+  MailboxOrder order{};
 };
 
 // dispatcher -> worker: produce these shards' items of this epoch into `channel`, each
@@ -99,9 +112,20 @@ struct WorkUnit {
   std::vector<std::string> stage_states;  // saved worker states (encode_stage_states)
   bool rescaled = false;                  // the states come from another topology
   std::string route;
+  MailboxOrder order{};
 };
 
-// worker -> dispatcher: the unit is finished (ok == false: `error` says why).
+// worker -> dispatcher: the reply to a WorkUnit, at once: the worker took the unit and runs
+// it (WorkerDone follows when it ends).
+struct UnitAccepted {
+  uint32_t rank = 0;
+  uint32_t worker = 0;
+  uint32_t epoch = 0;
+  MailboxOrder order{};
+};
+
+// worker (or the dispatcher's feed) -> dispatcher: the unit is finished (ok == false:
+// `error` says why).
 struct WorkerDone {
   uint32_t rank = 0;
   uint32_t worker = 0;
@@ -110,6 +134,7 @@ struct WorkerDone {
   uint64_t bytes = 0;
   bool ok = true;
   std::string error;
+  MailboxOrder order{};
 };
 
 // loader -> coordinator: the rank's trainer consumed the whole epoch.
@@ -118,6 +143,7 @@ struct RankEpochDone {
   uint32_t epoch = 0;
   uint64_t steps = 0;
   uint64_t items = 0;
+  MailboxOrder order{};
 };
 
 // loader side -> loader actor: where the trainer is (the cursor).
@@ -126,6 +152,7 @@ struct StepReport {
   uint32_t epoch = 0;
   uint64_t step = 0;   // steps consumed in this epoch
   uint64_t items = 0;  // items consumed in this epoch
+  MailboxOrder order{};
 };
 
 // ---- checkpoints (docs/checkpoint-format.md, docs/protocol.md) --------------------------
@@ -147,10 +174,12 @@ struct SaveRequest {
   std::vector<std::string> worker_states;  // by worker of the rank
   std::string dispatcher_state;            // the rank's non-replicable stages
   std::string loader_state;                // the stages after the merge point
+  MailboxOrder order{};
 };
 struct SaveDone {
   uint64_t generation = 0;
   uint64_t bytes = 0;  // size of this rank's file
+  MailboxOrder order{};
 };
 
 // checkpoint actor -> coordinator: a rank starts saving a cut; reply CheckpointGeneration,
@@ -162,9 +191,11 @@ struct CheckpointBegin {
   uint32_t epoch = 0;
   uint64_t step = 0;
   uint64_t proposed_generation = 0;  // next_generation() as this rank saw the directory
+  MailboxOrder order{};
 };
 struct CheckpointGeneration {
   uint64_t generation = 0;
+  MailboxOrder order{};
 };
 
 // checkpoint actor -> coordinator: this rank's file is durable. The reply, CheckpointCommitted,
@@ -181,9 +212,11 @@ struct RankSaved {
   std::string file;  // name inside dir
   uint64_t size = 0;
   uint64_t checksum = 0;
+  MailboxOrder order{};
 };
 struct CheckpointCommitted {
   uint64_t generation = 0;
+  MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: this rank could not write its file of the cut (a full
 // disk, a lost mount). The coordinator aborts the cut at once: every rank waiting for its
@@ -194,6 +227,7 @@ struct RankSaveFailed {
   std::string dir;
   uint64_t generation = 0;
   std::string error;
+  MailboxOrder order{};
 };
 // The coordinator's committer (a short-lived detached actor that writes CHECKPOINT, so the
 // coordinator never blocks on a disk) -> coordinator: the commit's outcome.
@@ -201,12 +235,14 @@ struct CommitOutcome {
   uint64_t generation = 0;
   bool ok = true;
   std::string error;
+  MailboxOrder order{};
 };
 
 // Loader -> its checkpoint actor: resume from the checkpoint in `dir`. The actor loads it
 // and offers it to the coordinator; reply ResumeGrant (also forwarded to the dispatcher).
 struct RestoreRequest {
   std::string dir;
+  MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: what this rank loaded, as the files' bytes (decoded and
 // validated again by the coordinator with the same functions). Reply ResumeGrant.
@@ -215,6 +251,7 @@ struct ResumeOffer {
   std::string dir;
   std::string manifest;                 // the CHECKPOINT file
   std::vector<std::string> rank_files;  // by rank of the saved topology
+  MailboxOrder order{};
 };
 // coordinator -> rank (-> dispatcher): where the rank resumes. `epoch` is the first epoch
 // to run; when `partial`, it resumes at the cursor below, else it starts afresh.
@@ -240,11 +277,16 @@ struct ResumeGrant {
   bool ranks_changed = false;
   bool rescaled = false;
   uint64_t generation = 0;
+  MailboxOrder order{};
 };
-struct ResumeAck {};
+struct ResumeAck {
+  MailboxOrder order{};
+};
 
 // anyone -> any role: a plain snapshot of the actor's state (for the monitor and tests).
-struct SnapshotRequest {};
+struct SnapshotRequest {
+  MailboxOrder order{};
+};
 struct ActorSnapshot {
   std::string role;  // coordinator, dispatcher, worker, loader
   uint32_t rank = 0;
@@ -255,16 +297,19 @@ struct ActorSnapshot {
   uint64_t bytes = 0;
   uint64_t steps = 0;
   std::string detail;
+  MailboxOrder order{};
 };
 
 // owner -> role: stop; the role replies ShutdownAck after it has let go of what it holds.
 struct ShutdownRequest {
   std::string reason;
+  MailboxOrder order{};
 };
 struct ShutdownAck {
   std::string role;
   uint32_t rank = 0;
   uint32_t worker = 0;
+  MailboxOrder order{};
 };
 
 // ---- ranks in other processes (docs/multi-process.md) ----------------------------------
@@ -275,25 +320,30 @@ struct Hello {
   uint32_t protocol_version = 0;
   uint32_t rank = 0;
   std::string client_nonce;  // 32 random bytes
+  MailboxOrder order{};
 };
 struct Challenge {
   std::string server_nonce;  // 32 random bytes
   std::string node;          // the rank process's CAF node id as the gate sees it
+  MailboxOrder order{};
 };
 // rank process -> gate: auth_proof(token, "rank", ...); reply Admitted with the gate's own
 // proof, so the rank knows it reached its job's coordinator and not another one.
 struct Proof {
   uint32_t rank = 0;
   std::string proof;
+  MailboxOrder order{};
 };
 struct Admitted {
   std::string proof;
+  MailboxOrder order{};
 };
 
 // coordinator -> every joined rank's loader actor: the job stops (a rank was lost, a rank
 // disagreed, a rank failed); every rank fails with `reason`.
 struct JobAborted {
   std::string reason;
+  MailboxOrder order{};
 };
 
 // rank -> coordinator: this rank is done (ok) or stopped by an error; reply LeaveAck. A rank
@@ -302,11 +352,16 @@ struct RankLeave {
   uint32_t rank = 0;
   bool ok = true;
   std::string error;
+  MailboxOrder order{};
 };
-struct LeaveAck {};
+struct LeaveAck {
+  MailboxOrder order{};
+};
 
 // The process hosting the coordinator -> coordinator: answer once every rank left, or the
 // job stopped (reply LeaveAck, or the reason as an error).
-struct AwaitLeaves {};
+struct AwaitLeaves {
+  MailboxOrder order{};
+};
 
 }  // namespace shardyard::actors

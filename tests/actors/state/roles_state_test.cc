@@ -3,10 +3,10 @@
 
 #include <set>
 
+#include "../testdata.h"
 #include "actors/state/coordinator_state.h"
 #include "actors/state/dispatcher_state.h"
 #include "io/format/manifest_scan.h"
-#include "testdata.h"
 
 namespace shardyard::actors {
 namespace {
@@ -41,6 +41,19 @@ TEST(CoordinatorStateTest, AdmitsMatchingRanksAndCompletesTheWorldWithTheLast) {
   ASSERT_TRUE(second.is_ok());
   EXPECT_TRUE(second->world_complete);
   EXPECT_EQ(second->job.fingerprint, 42u);
+}
+
+TEST(CoordinatorStateTest, ARankOfAnotherProtocolVersionIsRefused) {
+  CoordinatorState c(job_info());
+  JoinRequest r = join_of(0);
+  r.protocol_version = kProtocolVersion + 1;
+  auto other_version = c.join(r);
+  ASSERT_FALSE(other_version.is_ok());
+  EXPECT_NE(other_version.status().message().find(
+                "speaks protocol version " + std::to_string(kProtocolVersion + 1) +
+                "; this coordinator speaks version " + std::to_string(kProtocolVersion)),
+            std::string::npos)
+      << other_version.status().message();
 }
 
 TEST(CoordinatorStateTest, ARankOfAnotherDatasetStopsTheJob) {
@@ -184,8 +197,15 @@ TEST(DispatcherStateTest, UnitsCoverTheRankShareOncePerWorker) {
   PlanSpec spec;
   spec.shuffle = true;
   spec.seed = 9;
-  auto job = make_job(std::make_shared<const Manifest>(std::move(m).value()), spec, Spec(),
-                      Topology{2, 3}, 4, &io::local_file_system());
+  JobOptions jo;
+  jo.manifest = std::make_shared<const Manifest>(std::move(m).value());
+  jo.plan = spec;
+  jo.topology = Topology{2, 3};
+  jo.batch_size = 4;
+  jo.fs = &io::local_file_system();
+  jo.clock = &real_clock();
+  jo.data_plane = io::inproc_data_plane();
+  auto job = make_job(std::move(jo));
   ASSERT_TRUE(job.is_ok()) << job.status().to_string();
   std::set<uint32_t> all;
   uint64_t items = 0;
