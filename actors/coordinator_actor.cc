@@ -178,7 +178,14 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
           return rp;
         }
         self->state.waiting.emplace_back(saved.generation, rp);
-        if (m->has_value()) {
+        if (m->has_value() && saved.dir.empty()) {
+          // A cut without a directory (Loader::state()): every rank gets the whole cut.
+          const std::string state = self->state.core->pending_state(**m);
+          self->state.core->save_finished();
+          for (auto& [gen, waiting] : self->state.waiting)
+            waiting.deliver(CheckpointCommitted{gen, state});
+          self->state.waiting.clear();
+        } else if (m->has_value()) {
           // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
           self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, self->state.options.fs,
                                      saved.dir, std::move(**m));
@@ -206,7 +213,7 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
         auto& waiting = self->state.waiting;
         for (auto& [gen, rp] : waiting) {
           if (outcome.ok && gen == outcome.generation) {
-            rp.deliver(CheckpointCommitted{gen});
+            rp.deliver(CheckpointCommitted{gen, {}});
           } else {
             rp.deliver(to_error(io_error("checkpoint generation " + std::to_string(gen) +
                                          " was not committed: " + outcome.error)));

@@ -821,6 +821,17 @@ Result<std::optional<Batch>> Loader::next() {
 // ---- checkpoints -------------------------------------------------------------------------
 
 Status Loader::save(const std::string& dir) {
+  if (dir.empty())
+    return invalid_argument("save() needs a directory; state() returns the cut as bytes");
+  return save_cut(dir).status();
+}
+
+Result<std::string> Loader::state() {
+  SY_ASSIGN_OR_RETURN(std::string bytes, save_cut(""));
+  return bytes;
+}
+
+Result<std::string> Loader::save_cut(const std::string& dir) {
   if (!epoch_) return invalid_argument("save() needs a started epoch: call start_epoch() first");
   auto& e = *epoch_;
   if (!e.error.is_ok())
@@ -850,29 +861,44 @@ Status Loader::save(const std::string& dir) {
   req.dispatcher_state = e.cursor.dispatcher_state();
   req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
+  std::string state;
   caf::scoped_actor self{system->sys};
   const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  const std::string where = dir.empty() ? "its loader state" : dir;
   self->request(keeper, timeout, std::move(req))
       .receive(
-          [&](const SaveDone& msg) {
+          [&](SaveDone& msg) {
             received(msg);
             result = Status::ok();
+            state = std::move(msg.state);
           },
           [&](const caf::error& err) {
             result = request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
                                     "SaveRequest", timeout);
             if (err == caf::sec::request_timeout)
-              result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " + dir +
-                                   " timed out: " + result.message() +
-                                   "; every rank must call save() at step " +
-                                   std::to_string(e.next_step));
+              result = unavailable(
+                  "checkpoint of rank " + std::to_string(rank_) + " into " + where +
+                  " timed out: " + result.message() + "; every rank must call " +
+                  (dir.empty() ? "state()" : "save()") + " at step " + std::to_string(e.next_step));
           });
-  if (!result.is_ok())
+  if (!result.is_ok()) {
     if (Status why = d.job_failure(); !why.is_ok()) result = why;
-  return result;
+    return result;
+  }
+  return state;
 }
 
 Result<ResumePoint> Loader::restore(const std::string& dir) {
+  if (dir.empty()) return invalid_argument("restore() needs a directory; load_state() takes bytes");
+  return restore_from(RestoreRequest{dir, {}});
+}
+
+Result<ResumePoint> Loader::load_state(const std::string& bytes) {
+  if (bytes.empty()) return invalid_argument("load_state() was given no bytes");
+  return restore_from(RestoreRequest{{}, bytes});
+}
+
+Result<ResumePoint> Loader::restore_from(const RestoreRequest& request) {
   if (epoch_ || (restored_ && restored_->started))
     return invalid_argument("restore() must come before the first start_epoch()");
   auto& d = *cluster_->impl_;
@@ -881,7 +907,7 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
   Result<ResumeGrant> grant = internal_error("no answer from the checkpoint actor");
   caf::scoped_actor self{system->sys};
   const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
-  self->request(keeper, timeout, RestoreRequest{dir})
+  self->request(keeper, timeout, request)
       .receive(
           [&](ResumeGrant& g) {
             received(g);

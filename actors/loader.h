@@ -153,6 +153,9 @@ struct LoaderOptions {
 };
 
 class Cluster;
+namespace actors {
+struct RestoreRequest;
+}  // namespace actors
 
 // Where a restored job resumes (Loader::restore).
 struct ResumePoint {
@@ -190,6 +193,16 @@ class Loader {
   // same ranks and batch size the batches are bit-identical to an uninterrupted run.
   Result<ResumePoint> restore(const std::string& dir);
 
+  // For trainers that keep the loader's state inside their own checkpoints (as PyTorch's
+  // distributed checkpoint keeps a state dict): state() is save() without a directory. Every
+  // rank calls it after the same steps, and each gets the whole job's cut as bytes, the same
+  // on every rank (a few dozen bytes per logical shard, plus declared stage state); nothing
+  // is written. load_state() takes such bytes (any rank's copy) where restore() takes a
+  // directory, before the first start_epoch(), with the same guarantees: every rank of the
+  // new job must load the same cut, and it may have another number of ranks and workers.
+  Result<std::string> state();
+  Result<ResumePoint> load_state(const std::string& bytes);
+
   uint32_t rank() const { return rank_; }
   uint64_t steps_per_epoch() const;  // valid after start_epoch()
   const Manifest& manifest() const;
@@ -204,6 +217,9 @@ class Loader {
   // Records an error this rank met (its leave reports it) and returns it, or the reason
   // the job stopped when it did.
   Status failed(Status st);
+  // save() into `dir`, or state() when `dir` is empty: the cut's bytes then.
+  Result<std::string> save_cut(const std::string& dir);
+  Result<ResumePoint> restore_from(const actors::RestoreRequest& request);
 
   std::shared_ptr<Cluster> cluster_;
   uint32_t rank_;

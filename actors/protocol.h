@@ -70,7 +70,7 @@ typename Inspector::result_type inspect(Inspector& f, SaveRequest& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SaveDone& x) {
-  return f(caf::meta::type_name("SaveDone"), x.generation, x.bytes);
+  return f(caf::meta::type_name("SaveDone"), x.generation, x.bytes, x.state);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointBegin& x) {
@@ -84,11 +84,11 @@ typename Inspector::result_type inspect(Inspector& f, CheckpointGeneration& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankSaved& x) {
   return f(caf::meta::type_name("RankSaved"), x.rank, x.dir, x.generation, x.epoch, x.step, x.steps,
-           x.layout_step0, x.epoch_complete, x.file, x.size, x.checksum);
+           x.layout_step0, x.epoch_complete, x.file, x.size, x.checksum, x.bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointCommitted& x) {
-  return f(caf::meta::type_name("CheckpointCommitted"), x.generation);
+  return f(caf::meta::type_name("CheckpointCommitted"), x.generation, x.state);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankSaveFailed& x) {
@@ -100,7 +100,7 @@ typename Inspector::result_type inspect(Inspector& f, CommitOutcome& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RestoreRequest& x) {
-  return f(caf::meta::type_name("RestoreRequest"), x.dir);
+  return f(caf::meta::type_name("RestoreRequest"), x.dir, x.state);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeOffer& x) {

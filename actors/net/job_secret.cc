@@ -84,8 +84,8 @@ Status write_tls_identity(std::string_view token, const std::string& dir) {
             ASN1_TIME_set_string(X509_getm_notAfter(x), "21000101000000Z") == 1;
   X509_NAME* name = X509_get_subject_name(x);
   ok = ok && X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                                        reinterpret_cast<const unsigned char*>("shardyard-job"),
-                                        -1, -1, 0) == 1;
+                                        reinterpret_cast<const unsigned char*>("shardyard-job"), -1,
+                                        -1, 0) == 1;
   ok = ok && X509_set_issuer_name(x, name) == 1 && X509_set_pubkey(x, key.get()) == 1;
   if (ok) {
     X509V3_CTX ctx;

@@ -53,6 +53,7 @@ Status check_limits(const CheckpointBegin& m) {
 Status check_limits(const RankSaved& m) {
   SY_LIMIT("RankSaved", "directory", m.dir.size(), kMaxNameBytes);
   SY_LIMIT("RankSaved", "file name", m.file.size(), kMaxNameBytes);
+  SY_LIMIT("RankSaved", "rank file", m.bytes.size(), kMaxStateBytes);
   return Status::ok();
 }
 

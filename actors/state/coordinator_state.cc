@@ -151,6 +151,14 @@ Result<std::optional<CheckpointManifest>> CoordinatorState::rank_saved(const Ran
   return std::optional<CheckpointManifest>(std::move(m));
 }
 
+std::string CoordinatorState::pending_state(const CheckpointManifest& manifest) const {
+  CheckpointState state;
+  state.manifest = encode_checkpoint_manifest(manifest);
+  if (pending_)
+    for (const auto& [r, saved] : pending_->saved) state.rank_files.push_back(saved.bytes);
+  return encode_checkpoint_state(state);
+}
+
 void CoordinatorState::save_finished() { pending_.reset(); }
 
 Status CoordinatorState::save_failed(const RankSaveFailed& f) {

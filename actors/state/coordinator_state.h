@@ -78,6 +78,9 @@ class CoordinatorState {
   // begin_save() and rank_saved() also give each rank that comes to the aborted cut later.
   // OK when the cut is not pending (already aborted or replaced): nothing changes.
   Status save_failed(const RankSaveFailed& failed);
+  // The cut rank_saved() just completed, as one byte string (encode_checkpoint_state): for
+  // a cut saved without a directory (Loader::state()), whose rank files came in RankSaved.
+  std::string pending_state(const CheckpointManifest& manifest) const;
   // The pending cut was committed (or failed): the next save starts afresh.
   void save_finished();
   bool save_pending() const { return pending_.has_value(); }

@@ -11,9 +11,9 @@
 #include <memory>
 
 #include "actors/state/messages.h"
+#include "io/format/sample_reader.h"
 #include "io/fs/file_system.h"
 #include "io/transport/data_plane.h"
-#include "io/format/sample_reader.h"
 #include "runtime/buffer.h"
 #include "runtime/clock.h"
 #include "runtime/manifest.h"

@@ -179,6 +179,7 @@ struct SaveRequest {
 struct SaveDone {
   uint64_t generation = 0;
   uint64_t bytes = 0;  // size of this rank's file
+  std::string state;   // a save without a directory: the whole cut (Loader::state())
   MailboxOrder order{};
 };
 
@@ -212,10 +213,14 @@ struct RankSaved {
   std::string file;  // name inside dir
   uint64_t size = 0;
   uint64_t checksum = 0;
+  std::string bytes;  // a save without a directory (dir empty): the rank file's bytes
   MailboxOrder order{};
 };
 struct CheckpointCommitted {
   uint64_t generation = 0;
+  // A cut saved without a directory (Loader::state()): the whole cut, every rank's file and
+  // the manifest (encode_checkpoint_state), handed to every rank instead of written.
+  std::string state;
   MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: this rank could not write its file of the cut (a full
@@ -242,6 +247,7 @@ struct CommitOutcome {
 // and offers it to the coordinator; reply ResumeGrant (also forwarded to the dispatcher).
 struct RestoreRequest {
   std::string dir;
+  std::string state;  // instead of a directory: a cut Loader::state() returned
   MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: what this rank loaded, as the files' bytes (decoded and

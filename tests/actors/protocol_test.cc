@@ -153,15 +153,20 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   EXPECT_EQ(sv.consumed, (std::vector<uint64_t>{3, 2}));
   EXPECT_EQ(sv.layout_items, 15u);
   EXPECT_EQ(sv.worker_states, (std::vector<std::string>{"w0", ""}));
-  EXPECT_EQ(round_trip(SaveDone{7, 99}).generation, 7u);
+  auto done = round_trip(SaveDone{7, 99, "cut"});
+  EXPECT_EQ(done.generation, 7u);
+  EXPECT_EQ(done.state, "cut");
   auto b = round_trip(CheckpointBegin{1, "/ck", 2, 5, 8});
   EXPECT_EQ(b.proposed_generation, 8u);
   EXPECT_EQ(round_trip(CheckpointGeneration{8}).generation, 8u);
   auto rs = round_trip(
-      RankSaved{1, "/ck", 8, 2, 5, 9, 0, false, "rank-00001.g000008.ckpt", 120, 0xabcdefULL});
+      RankSaved{1, "/ck", 8, 2, 5, 9, 0, false, "rank-00001.g000008.ckpt", 120, 0xabcdefULL, "b"});
   EXPECT_EQ(rs.file, "rank-00001.g000008.ckpt");
   EXPECT_EQ(rs.checksum, 0xabcdefULL);
-  EXPECT_EQ(round_trip(CheckpointCommitted{8}).generation, 8u);
+  EXPECT_EQ(rs.bytes, "b");
+  auto committed = round_trip(CheckpointCommitted{8, "state"});
+  EXPECT_EQ(committed.generation, 8u);
+  EXPECT_EQ(committed.state, "state");
   auto failed = round_trip(RankSaveFailed{1, "/ck", 8, "No space left on device"});
   EXPECT_EQ(failed.rank, 1u);
   EXPECT_EQ(failed.generation, 8u);
@@ -169,7 +174,8 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   auto co = round_trip(CommitOutcome{8, false, "disk full"});
   EXPECT_FALSE(co.ok);
   EXPECT_EQ(co.error, "disk full");
-  EXPECT_EQ(round_trip(RestoreRequest{"/ck"}).dir, "/ck");
+  EXPECT_EQ(round_trip(RestoreRequest{"/ck", {}}).dir, "/ck");
+  EXPECT_EQ(round_trip(RestoreRequest{{}, "cut"}).state, "cut");
   auto off = round_trip(ResumeOffer{2, "/ck", std::string("SYCKPT\0\0", 8), {"a", "b"}});
   EXPECT_EQ(off.manifest.size(), 8u);
   EXPECT_EQ(off.rank_files.size(), 2u);

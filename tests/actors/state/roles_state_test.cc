@@ -146,7 +146,7 @@ TEST(CoordinatorStateTest, HandsOutOneKeyPerEpochAndTracksCompletion) {
 }
 
 RankSaved saved(uint32_t rank, uint64_t generation) {
-  return RankSaved{rank, "/ck", generation, 0, 5, 9, 0, false, "f", 1, 2};
+  return RankSaved{rank, "/ck", generation, 0, 5, 9, 0, false, "f", 1, 2, {}};
 }
 
 // A rank that cannot write its file aborts the cut for every rank: those that saved, those
