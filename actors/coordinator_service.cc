@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "actors/env.h"
 #include "actors/net/host.h"
 #include "actors/net/network.h"
 #include "actors/roles.h"
@@ -65,6 +66,9 @@ Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
   host.token = token;
   host.coordinator.join_timeout_ms = o.join_timeout_ms;
   host.coordinator.log = log;
+  Env* env = o.env != nullptr ? o.env : Env::Default();
+  host.coordinator.fs = env->file_system();
+  host.coordinator.clock = env->clock();
   SY_ASSIGN_OR_RETURN(
       d.hosted, net::host_coordinator(
                     *d.sys, CoordinatorState::for_world(o.world_size, o.restart_count), host));

@@ -24,6 +24,8 @@
 
 namespace shardyard {
 
+class Env;
+
 struct CoordinatorServiceOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0: a free one (see port())
   uint32_t world_size = 1;
@@ -39,6 +41,10 @@ struct CoordinatorServiceOptions {
   // Where the service reports (admissions, refusals, a lost rank, the job stopping); null:
   // stderr.
   std::function<void(const std::string&)> log;
+  // The file system the coordinator commits checkpoints through (the CHECKPOINT file, in
+  // the directory the ranks save to) and the clock that dates them; null: Env::Default().
+  // Must outlive the service.
+  Env* env = nullptr;
 };
 
 class CoordinatorService {

@@ -20,7 +20,7 @@ int run_cli(int argc, char** argv, Env* env) {
   auto run = add_run_command(app, env);
   auto manifest = add_manifest_commands(app);
   auto checkpoint = add_checkpoint_commands(app);
-  auto coordinator = add_coordinator_command(app);
+  auto coordinator = add_coordinator_command(app, env);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

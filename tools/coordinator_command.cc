@@ -70,8 +70,9 @@ int run_coordinator(CoordinatorArgs& args) {
 
 }  // namespace
 
-Command add_coordinator_command(CLI::App& app) {
+Command add_coordinator_command(CLI::App& app, Env* env) {
   auto args = std::make_shared<CoordinatorArgs>();
+  args->options.env = env;
   auto* cmd = app.add_subcommand(
       "coordinator", "run a job's coordinator for rank processes (docs/multi-process.md)");
   cmd->add_option("--listen", args->options.listen,
