@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "actors/coordinator_service.h"
@@ -39,6 +40,10 @@ int run_coordinator(CoordinatorArgs& args) {
     std::fprintf(stderr, "shardyard coordinator: stopped by signal %d while starting\n", sig);
   });
   args.options.join_timeout_ms = static_cast<uint32_t>(args.join_timeout_s * 1000);
+  // The ranks' variable (LoaderOptions::topology_from_env) applies here too, so that one
+  // setting in a launcher's environment covers both sides of every connection.
+  const char* tls = std::getenv("SHARDYARD_TLS");
+  if (tls != nullptr && *tls != '\0' && std::string(tls) != "0") args.options.force_tls = true;
   auto service = CoordinatorService::start(args.options);
   if (!service.is_ok()) {
     print_error(service.status().to_string());
@@ -88,7 +93,8 @@ Command add_coordinator_command(CLI::App& app, Env* env) {
   cmd->add_option("--join-timeout", args->join_timeout_s,
                   "seconds the other ranks may take after the first joined (default 300)")
       ->check(CLI::Range(1.0, 86400.0));
-  cmd->add_flag("--tls", args->options.force_tls, "TLS also on loopback (always off it)");
+  cmd->add_flag("--tls", args->options.force_tls,
+                "TLS also on loopback, as SHARDYARD_TLS=1 does (always off it)");
   return [args] { return run_coordinator(*args); };
 }
 
