@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "actors/roles.h"
+#include "actors/state/status_board.h"
 #include "io/persist/checkpoint_store.h"
 #include "runtime/checkpoint.h"
 
@@ -26,7 +27,19 @@ struct CheckpointActorState {
   uint64_t bytes = 0;       // size of the last rank file written
   uint64_t saves = 0;
   double last_write_ms = 0;
+  std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
+  RankBoard* board = nullptr;        // the rank's checkpoints, for the monitor
   static inline const char* name = "shardyard.checkpoint";
+  std::string detail() const {
+    return "generation " + std::to_string(generation) + ", last rank file written in " +
+           std::to_string(last_write_ms) + " ms";
+  }
+  void set(const std::string& s, RoleState shown) {
+    state = s;
+    if (!stats) return;
+    stats->set_state(shown);
+    stats->set_detail(detail());
+  }
 };
 
 // Fault injection for tests: SHARDYARD_FAULT_CHECKPOINT_DELAY_MS holds a save between a
@@ -64,6 +77,10 @@ checkpoint_actor::behavior_type checkpoint_fn(
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   self->state.dispatcher = dispatcher;
+  if (job->status) {
+    self->state.stats = job->status->role("checkpoint", rank);
+    self->state.board = &job->status->rank(rank);
+  }
   const uint64_t fingerprint = job->manifest->fingerprint;
   return {
       [=](const SaveRequest& req) -> caf::typed_response_promise<SaveDone> {
@@ -77,7 +94,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
           rp.deliver(to_error(proposed.status()));
           return rp;
         }
-        self->state.state = "saving";
+        self->state.set("saving", RoleState::kSaving);
         CheckpointBegin begin{rank, req.dir, req.epoch, req.step, *proposed};
         self->request(self->state.coordinator, caf::infinite, begin)
             .then(
@@ -91,7 +108,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
                                                   std::chrono::steady_clock::now() - t0)
                                                   .count();
                   if (!st.is_ok()) {
-                    self->state.state = "failed";
+                    self->state.set("failed", RoleState::kFailed);
                     rp.deliver(to_error(st));
                     return;
                   }
@@ -103,19 +120,27 @@ checkpoint_actor::behavior_type checkpoint_fn(
                   self->request(self->state.coordinator, caf::infinite, saved)
                       .then(
                           [=](const CheckpointCommitted& c) mutable {
-                            self->state.state = "idle";
                             self->state.generation = c.generation;
                             self->state.bytes = size;
                             ++self->state.saves;
+                            if (auto& stats = self->state.stats) {  // bytes: of every file
+                              stats->add(0, size);
+                              stats->add_steps(1);
+                            }
+                            self->state.set("idle", RoleState::kIdle);
+                            if (auto* b = self->state.board) {
+                              b->checkpoint_committed(c.generation);
+                              b->saves.add();
+                            }
                             rp.deliver(SaveDone{c.generation, size});
                           },
                           [=](const caf::error& err) mutable {
-                            self->state.state = "failed";
+                            self->state.set("failed", RoleState::kFailed);
                             rp.deliver(err);
                           });
                 },
                 [=](const caf::error& err) mutable {
-                  self->state.state = "failed";
+                  self->state.set("failed", RoleState::kFailed);
                   rp.deliver(err);
                 });
         return rp;
@@ -127,7 +152,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
           rp.deliver(to_error(files.status()));
           return rp;
         }
-        self->state.state = "restoring";
+        self->state.set("restoring", RoleState::kRestoring);
         ResumeOffer offer{rank, req.dir, std::move(files->manifest), std::move(files->rank_files)};
         self->request(self->state.coordinator, caf::infinite, std::move(offer))
             .then(
@@ -135,31 +160,34 @@ checkpoint_actor::behavior_type checkpoint_fn(
                   self->request(self->state.dispatcher, caf::infinite, grant)
                       .then(
                           [=](const ResumeAck&) mutable {
-                            self->state.state = "idle";
                             self->state.generation = grant.generation;
+                            self->state.set("idle", RoleState::kIdle);
+                            if (auto* b = self->state.board)
+                              b->checkpoint_restored(grant.generation);
                             rp.deliver(grant);
                           },
                           [=](const caf::error& err) mutable { rp.deliver(err); });
                 },
                 [=](const caf::error& err) mutable {
-                  self->state.state = "failed";
+                  self->state.set("failed", RoleState::kFailed);
                   rp.deliver(err);
                 });
         return rp;
       },
       [=](const SnapshotRequest&) -> ActorSnapshot {
         auto& st = self->state;
+        if (st.stats) return job->status->snapshot(*st.stats);
         ActorSnapshot s;
         s.role = "checkpoint";
         s.rank = st.rank;
         s.state = st.state;
         s.bytes = st.bytes;
         s.steps = st.saves;
-        s.detail = "generation " + std::to_string(st.generation) + ", last rank file written in " +
-                   std::to_string(st.last_write_ms) + " ms";
+        s.detail = st.detail();
         return s;
       },
       [=](const ShutdownRequest&) -> ShutdownAck {
+        self->state.set("stopped", RoleState::kStopped);
         self->state.coordinator = nullptr;
         self->state.dispatcher = nullptr;
         self->quit();

@@ -8,12 +8,15 @@
 #include <thread>
 
 #include "actors/device_feed.h"
+#include "actors/monitor.h"
 #include "actors/protocol.h"
 #include "actors/roles.h"
 #include "actors/state/job.h"
 #include "actors/state/merger.h"
+#include "actors/state/status_board.h"
 #include "io/format/record_scan.h"
 #include "io/remote/remote_file_system.h"
+#include "runtime/metrics_text.h"
 
 namespace shardyard {
 
@@ -46,6 +49,19 @@ Status LoaderOptions::topology_from_env() {
   return Status::ok();
 }
 
+Status LoaderOptions::monitor_from_env() {
+  if (const char* v = std::getenv("SHARDYARD_METRICS_PORT"); v && *v) {
+    char* end = nullptr;
+    long port = std::strtol(v, &end, 10);
+    if (*end || port < 0 || port > 65535)
+      return invalid_argument(std::string("SHARDYARD_METRICS_PORT='") + v +
+                              "' is not a port (0..65535; 0 picks a free one)");
+    metrics_port = static_cast<int32_t>(port);
+  }
+  if (const char* v = std::getenv("SHARDYARD_METRICS_ADDRESS"); v && *v) metrics_address = v;
+  return Status::ok();
+}
+
 Status LoaderOptions::validate() const {
   if (sources.empty()) return invalid_argument("no sources: give at least one path or pattern");
   if (world_size == 0) return invalid_argument("world_size must be at least 1");
@@ -58,6 +74,8 @@ Status LoaderOptions::validate() const {
   if ((!device.empty() || custom_device) && (device_prefetch == 0 || device_prefetch > 64))
     return invalid_argument("device_prefetch must be 1..64");
   if (windows.enabled()) SY_RETURN_IF_ERROR(validate_window_spec(windows));
+  if (metrics_port < -1 || metrics_port > 65535)
+    return invalid_argument("metrics_port must be -1 (off), 0 (a free port) or a port");
   return Status::ok();
 }
 
@@ -82,7 +100,8 @@ struct Cluster::Impl {
   coordinator_actor coordinator;
   std::map<uint32_t, RankRoles> ranks;
   std::unique_ptr<DeviceFeed> device;  // null: batches stay in host memory
-  std::mutex mu;                       // guards ranks[*].loader_open and ranks[*].channels
+  std::unique_ptr<JobMonitor> monitor;
+  std::mutex mu;  // guards ranks[*].loader_open and ranks[*].channels
   bool stopped = false;
 };
 
@@ -128,6 +147,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                                options.batch_size, &fs, options.dispatch, options.prefetch_shards));
   job->exact_order = options.order == Order::kExact;
   job->route_key_field = options.route_key_field;
+  job->status = std::make_shared<StatusBoard>();
   d.job = job;
   if (d.device)
     d.device->size_pools(
@@ -153,6 +173,12 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                   JoinRequest{r, options.workers, job->manifest->fingerprint})
         .receive([&](const JobInfo&) {}, [&](const caf::error& err) { joined = from_error(err); });
     SY_RETURN_IF_ERROR(joined);
+    // Every actor of the rank is on the monitor's board from the start.
+    job->status->rank(r);
+    job->status->role("dispatcher", r);
+    for (uint32_t w = 0; w < options.workers; ++w) job->status->role("worker", r, w);
+    job->status->role("loader", r);
+    job->status->role("checkpoint", r);
     roles.loader = spawn_loader_actor(*d.sys, r, d.coordinator);
     for (uint32_t w = 0; w < options.workers; ++w)
       roles.workers.push_back(spawn_worker(*d.sys, job, r, w));
@@ -160,6 +186,10 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     roles.checkpoint = spawn_checkpoint_actor(*d.sys, job, r, d.coordinator, roles.dispatcher);
     d.ranks[r] = std::move(roles);
   }
+  d.monitor = std::make_unique<JobMonitor>(*d.sys, d.coordinator, job);
+  if (options.metrics_port >= 0)
+    SY_RETURN_IF_ERROR(
+        d.monitor->serve(options.metrics_address, static_cast<uint16_t>(options.metrics_port)));
   return cluster;
 }
 
@@ -178,25 +208,26 @@ Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
 std::vector<RoleSnapshot> Cluster::snapshot() {
   std::vector<RoleSnapshot> out;
   auto& d = *impl_;
-  if (d.stopped) return out;
-  caf::scoped_actor self{*d.sys};
-  auto ask = [&](auto handle) {
-    self->request(handle, std::chrono::seconds(10), SnapshotRequest{})
-        .receive(
-            [&](const ActorSnapshot& s) {
-              out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items,
-                                         s.bytes, s.steps, s.detail});
-            },
-            [&](const caf::error&) {});
-  };
-  ask(d.coordinator);
-  for (auto& [r, roles] : d.ranks) {
-    ask(roles.dispatcher);
-    ask(roles.checkpoint);
-    ask(roles.loader);
-    for (auto& w : roles.workers) ask(w);
-  }
+  if (d.stopped || !d.monitor) return out;
+  for (const auto& s : d.monitor->status().actors)
+    out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items, s.bytes,
+                               s.steps, s.detail, s.node, s.pid, s.items_per_s, s.queue_depth,
+                               s.queue_capacity, s.input_wait_s, s.output_wait_s, s.uptime_s});
   return out;
+}
+
+uint16_t Cluster::monitor_port() const { return impl_->monitor ? impl_->monitor->port() : 0; }
+
+std::string Cluster::status_json() {
+  auto& d = *impl_;
+  if (d.stopped || !d.monitor) return "{}";
+  return actors::status_json(d.monitor->status());
+}
+
+std::string Cluster::metrics_text() {
+  auto& d = *impl_;
+  if (d.stopped || !d.monitor) return "";
+  return render_prometheus(d.monitor->metrics());
 }
 
 Status Cluster::shutdown() {
@@ -204,6 +235,8 @@ Status Cluster::shutdown() {
   if (d.stopped || !d.sys) return Status::ok();
   d.stopped = true;
   Status result;
+  // The endpoints go first: they ask the actors, which are about to stop.
+  if (d.monitor) d.monitor->stop();
   // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
   // open channel first, so each worker finishes its unit and can acknowledge.
   {
@@ -245,6 +278,7 @@ Status Cluster::shutdown() {
     }
   }
   d.coordinator = nullptr;
+  d.monitor.reset();
   d.sys.reset();  // waits for every actor to finish
   return result;
 }
@@ -285,7 +319,9 @@ struct Loader::Epoch {
   bool finished = false;
   Status error;
   std::chrono::steady_clock::time_point last_report;
-  loader_actor cursor_actor;  // this rank's loader actor: keeps the cursor
+  loader_actor cursor_actor;   // this rank's loader actor: keeps the cursor
+  RankBoard* board = nullptr;  // what the monitor sees of the rank (the cluster's)
+  RoleStats* stats = nullptr;  // ... and of its loader
 
   void collate() {
     std::vector<Item> items;
@@ -316,6 +352,7 @@ struct Loader::Epoch {
         --building;
         if (last) taken_all = true;
         ready.emplace(step, Ready{std::move(out), std::move(progress)});
+        board->set_ready_batches(ready.size());
       }
       // Wake only who can act: the trainer, and, at the end, the other collator so it exits.
       arrived.notify_one();
@@ -347,6 +384,7 @@ struct Loader::Epoch {
       b = std::move(it->second.batch);
       *progress = std::move(it->second.progress);
       ready.erase(it);
+      board->set_ready_batches(ready.size());
       if (b.is_ok() && b->has_value()) ++taken_step;
     }
     room.notify_one();
@@ -401,6 +439,8 @@ Result<std::unique_ptr<Loader>> Loader::open(const LoaderOptions& options) {
 
 void Loader::stop_epoch() {
   if (!epoch_) return;
+  epoch_->board->close_epoch();
+  epoch_->stats->end_wait(false, RoleState::kIdle);
   epoch_->merger->cancel();  // unblocks workers and the collator
   {
     std::lock_guard<std::mutex> lock(epoch_->mu);
@@ -483,6 +523,10 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.epoch = epoch;
   e.rank = rank_;
   e.cursor_actor = cursor_keeper;
+  e.board = &d.job->status->rank(rank_);
+  e.stats = d.job->status->role("loader", rank_).get();  // the board keeps it
+  e.stats->set_epoch(epoch);
+  e.stats->set_state(RoleState::kRunning);
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
   std::vector<std::shared_ptr<const std::string>> states;
@@ -507,6 +551,20 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.cursor = RankCursor(*ticket, w_count, std::move(states), std::move(dispatcher_state),
                         std::move(loader_state));
   e.next_step = e.taken_step = ticket->first_step;
+  {
+    std::vector<QueueRef> queues;
+    for (size_t k = 0; k < channels.size(); ++k)
+      queues.push_back(
+          QueueRef{start.channels[k],
+                   channels[k],
+                   {},
+                   channels.size() == w_count && exact && !route
+                       ? uint64_t{d.options.prefetch_packets}
+                       : uint64_t{d.options.prefetch_packets} * w_count,
+                   channels.size() == w_count && exact && !route ? static_cast<int32_t>(k) : -1});
+    if (route) queues.push_back(QueueRef{start.route, {}, route, 0, -1});
+    e.board->open_epoch(*ticket, std::move(queues), e.depth);
+  }
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
                                           route, std::move(post).value());
   if (d.device) e.columns = d.device->columns.get();  // before any collator runs
@@ -529,6 +587,12 @@ Result<std::optional<Batch>> Loader::next() {
   auto& e = *epoch_;
   if (!e.error.is_ok()) return e.error;  // a failed epoch stays failed
   if (e.finished) return std::optional<Batch>();
+  // Since the last batch was handed out, the trainer was busy (its step); from here on it
+  // waits for the next batch.
+  const auto step_time = e.stats->end_wait(false, RoleState::kRunning);
+  if (step_time.count() > 0)
+    e.board->step_time.observe(std::chrono::duration<double>(step_time).count());
+  e.stats->begin_wait(true);
   Result<std::optional<Batch>> b = std::optional<Batch>();
   StepProgress progress;
   if (e.prefetcher) {
@@ -547,17 +611,28 @@ Result<std::optional<Batch>> Loader::next() {
   } else {
     b = e.take(&progress);
   }
+  const bool more = b.is_ok() && b->has_value();
+  const auto waited = e.stats->end_wait(true, more        ? RoleState::kRunning
+                                              : b.is_ok() ? RoleState::kIdle
+                                                          : RoleState::kFailed);
+  e.board->next_wait.observe(std::chrono::duration<double>(waited).count());
   if (!b.is_ok()) {
     e.error = b.status();
+    e.stats->set_detail(e.error.to_string());
     return b;
   }
   if (!b->has_value()) {
     e.finished = true;
+    e.board->set_cursor(e.next_step, e.delivered_items, e.cursor.consumed());
     return b;
   }
   ++e.next_step;
   e.delivered_items += (*b)->size();
   e.cursor.apply(progress);
+  e.stats->add((*b)->size(), (*b)->payload_bytes());
+  e.stats->add_steps(1);
+  e.board->batches.add();
+  e.stats->begin_wait(false);  // the trainer has the batch
   // The loader actor keeps the cursor for the monitor. A message per batch would wake an
   // actor thousands of times a second, so report at most every 20 ms (and at the end); the
   // exact cursor stays with this object.
@@ -565,6 +640,7 @@ Result<std::optional<Batch>> Loader::next() {
   if (now - e.last_report >= std::chrono::milliseconds(20) || e.next_step == e.steps) {
     e.last_report = now;
     caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
+    e.board->set_cursor(e.next_step, e.delivered_items, e.cursor.consumed());
   }
   if (e.next_step == e.steps)
     caf::anon_send(e.cursor_actor, RankEpochDone{rank_, e.epoch, e.next_step, e.delivered_items});
@@ -606,6 +682,7 @@ Status Loader::save(const std::string& dir) {
   req.dispatcher_state = e.cursor.dispatcher_state();
   req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
+  const auto t0 = std::chrono::steady_clock::now();
   caf::scoped_actor self{*d.sys};
   self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms), std::move(req))
       .receive([&](const SaveDone&) { result = Status::ok(); },
@@ -616,6 +693,9 @@ Status Loader::save(const std::string& dir) {
                                         dir + " timed out: every rank must call save() at step " +
                                         std::to_string(e.next_step));
                });
+  if (result.is_ok())
+    e.board->save_time.observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return result;
 }
 

@@ -20,6 +20,8 @@
 
 namespace shardyard::actors {
 
+class StatusBoard;  // status_board.h
+
 struct JobData {
   std::shared_ptr<const Manifest> manifest;
   ItemIndex index;
@@ -38,6 +40,8 @@ struct JobData {
   SpecCut cut;                   // where each stage of `pipeline` runs
   uint32_t prefetch_shards = 1;  // broadcast: logical shards loaded ahead of the one in use
   std::string route_key_field;   // by key: route by this field's bytes (empty: the item key)
+  // What the roles of this process report to the monitor (null: nothing is reported).
+  std::shared_ptr<StatusBoard> status;
 
   JobInfo info() const;
 };

@@ -24,6 +24,7 @@ class InprocChannel : public Channel {
       --producers_waiting_;
     }
     if (cancelled_) return cancelled("the consumer stopped reading");
+    bytes_ += packet.bytes;
     queue_.push_back(std::move(packet));
     // Wake the consumer only when it can be waiting: a futex wake per packet costs more
     // than moving the packet.
@@ -53,6 +54,7 @@ class InprocChannel : public Channel {
     if (queue_.empty()) return false;
     *out = std::move(queue_.front());
     queue_.pop_front();
+    bytes_ -= out->bytes;
     if (producers_waiting_ > 0) not_full_.notify_one();
     return true;
   }
@@ -61,6 +63,7 @@ class InprocChannel : public Channel {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled_ = true;
     queue_.clear();
+    bytes_ = 0;
     not_full_.notify_all();
     not_empty_.notify_all();
   }
@@ -69,6 +72,10 @@ class InprocChannel : public Channel {
     std::lock_guard<std::mutex> lock(mu_);
     return queue_.size();
   }
+  uint64_t queued_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bytes_;
+  }
 
  private:
   const uint32_t producers_;
@@ -76,6 +83,7 @@ class InprocChannel : public Channel {
   mutable std::mutex mu_;
   std::condition_variable not_full_, not_empty_;
   std::deque<Packet> queue_;        // guarded by mu_
+  uint64_t bytes_ = 0;              // guarded by mu_: Packet::bytes of queue_
   uint32_t finished_ = 0;           // guarded by mu_
   Status error_;                    // guarded by mu_
   bool cancelled_ = false;          // guarded by mu_
