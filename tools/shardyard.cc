@@ -1,5 +1,5 @@
 // shardyard: load a dataset end to end (run), build and show manifests (manifest), inspect
-// checkpoints (checkpoint inspect).
+// checkpoints (checkpoint inspect), watch a running job (monitor).
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   auto run = shardyard::tools::add_run_command(app);
   auto manifest = shardyard::tools::add_manifest_commands(app);
   auto checkpoint = shardyard::tools::add_checkpoint_commands(app);
+  auto monitor = shardyard::tools::add_monitor_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("checkpoint")) return checkpoint();
+    if (app.got_subcommand("monitor")) return monitor();
     return manifest();
   } catch (const std::exception& e) {
     shardyard::tools::print_error(std::string("unexpected failure: ") + e.what());

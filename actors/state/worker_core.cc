@@ -73,7 +73,7 @@ std::shared_ptr<const std::string> StageRunner::state() const {
 
 namespace {
 // Gathers items into packets for a channel; a push into a full channel is a wait for output,
-// and the items count for the monitor once they are in the channel.
+// and the items count for the monitor as they are produced.
 class Packer {
  public:
   Packer(const JobData& job, io::Channel& channel, RoleStats* stats)
@@ -83,20 +83,19 @@ class Packer {
     stats->bytes += bytes;
     ++stats->items;
     bytes_ += bytes;
+    if (stats_) stats_->add(1, bytes);
     packet_.items.push_back(std::move(item));
     if (packet_.items.size() >= job_.packet_items || bytes_ >= job_.packet_bytes) return flush();
     return Status::ok();
   }
   Status flush() {
     if (packet_.items.empty()) return Status::ok();
-    const uint64_t items = packet_.items.size();
     packet_.bytes = bytes_;
     Status st;
     {
       WaitScope pushing(stats_, false);
       st = channel_.push(std::move(packet_));
     }
-    if (st.is_ok() && stats_) stats_->add(items, bytes_);
     packet_ = io::Packet{};
     bytes_ = 0;
     return st;

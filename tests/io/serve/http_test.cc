@@ -131,6 +131,20 @@ TEST_F(HttpTest, RefusesBadRequestsWithTheirStatus) {
   EXPECT_EQ(calls_, 0) << "no bad request reached the handler";
 }
 
+TEST_F(HttpTest, KeepsServingAfterARefusalOnAKeptAliveConnection) {
+  start();
+  {
+    RawClient c(server_->port());
+    c.send("DELETE /status HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(c.read_some(12).rfind("HTTP/1.1 405", 0), 0u);
+  }  // the client hangs up while the server waits for its next request
+  for (int i = 0; i < 3; ++i) {
+    auto r = http_get("127.0.0.1", server_->port(), "/hello", 5000);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, 200);
+  }
+}
+
 TEST_F(HttpTest, DropsARequestThatNeverCompletes) {
   HttpServerOptions o;
   o.read_timeout_ms = 200;
