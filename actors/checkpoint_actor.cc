@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "actors/state/coordinator_state.h"
 #include "actors/roles.h"
 #include "actors/state/status_board.h"
 #include "io/persist/checkpoint_store.h"
@@ -99,6 +100,8 @@ checkpoint_actor::behavior_type checkpoint_fn(
         self->request(self->state.coordinator, caf::infinite, begin)
             .then(
                 [=](const CheckpointGeneration& g) mutable {
+                  // What aborted saves and crashes left below this generation goes first.
+                  io::remove_uncommitted(req.dir, g.generation);
                   auto t0 = std::chrono::steady_clock::now();
                   const std::string name = io::rank_file_name(rank, g.generation);
                   const std::string bytes =
@@ -108,8 +111,13 @@ checkpoint_actor::behavior_type checkpoint_fn(
                                                   std::chrono::steady_clock::now() - t0)
                                                   .count();
                   if (!st.is_ok()) {
+                    // The other ranks must not wait for this file: the coordinator aborts
+                    // the cut for all of them.
                     self->state.set("failed", RoleState::kFailed);
-                    rp.deliver(to_error(st));
+                    self->send(self->state.coordinator,
+                               RankSaveFailed{rank, req.dir, g.generation, st.message()});
+                    rp.deliver(to_error(
+                        checkpoint_aborted(req.dir, req.epoch, req.step, rank, st.message())));
                     return;
                   }
                   fault_delay();

@@ -15,6 +15,7 @@
 #include "actors/state/merger.h"
 #include "actors/state/status_board.h"
 #include "io/format/record_scan.h"
+#include "io/fs/mapping_guard.h"
 #include "io/remote/remote_file_system.h"
 #include "runtime/metrics_text.h"
 
@@ -73,6 +74,7 @@ Status LoaderOptions::validate() const {
   if (prefetch_packets == 0) return invalid_argument("prefetch_packets must be at least 1");
   if ((!device.empty() || custom_device) && (device_prefetch == 0 || device_prefetch > 64))
     return invalid_argument("device_prefetch must be 1..64");
+  if (max_sample_bytes == 0) return invalid_argument("max_sample_bytes must be at least 1");
   if (windows.enabled()) SY_RETURN_IF_ERROR(validate_window_spec(windows));
   if (metrics_port < -1 || metrics_port > 65535)
     return invalid_argument("metrics_port must be -1 (off), 0 (a free port) or a port");
@@ -147,6 +149,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                                options.batch_size, &fs, options.dispatch, options.prefetch_shards));
   job->exact_order = options.order == Order::kExact;
   job->route_key_field = options.route_key_field;
+  job->reader.max_sample_bytes = options.max_sample_bytes;
+  SY_RETURN_IF_ERROR(io::check_sample_bytes(*job->manifest, options.max_sample_bytes));
   job->status = std::make_shared<StatusBoard>();
   d.job = job;
   if (d.device)
@@ -230,6 +234,16 @@ std::string Cluster::metrics_text() {
   return render_prometheus(d.monitor->metrics());
 }
 
+void Cluster::interrupt() {
+  auto& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mu);
+  for (auto& [r, roles] : d.ranks) {
+    for (auto& weak : roles.channels)
+      if (auto ch = weak.lock()) ch->cancel();
+    if (auto route = roles.route.lock()) route->cancel();
+  }
+}
+
 Status Cluster::shutdown() {
   auto& d = *impl_;
   if (d.stopped || !d.sys) return Status::ok();
@@ -239,14 +253,7 @@ Status Cluster::shutdown() {
   if (d.monitor) d.monitor->stop();
   // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
   // open channel first, so each worker finishes its unit and can acknowledge.
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    for (auto& [r, roles] : d.ranks) {
-      for (auto& weak : roles.channels)
-        if (auto ch = weak.lock()) ch->cancel();
-      if (auto route = roles.route.lock()) route->cancel();
-    }
-  }
+  interrupt();
   {
     caf::scoped_actor self{*d.sys};
     auto stop = [&](auto handle, const std::string& what) {
@@ -611,6 +618,10 @@ Result<std::optional<Batch>> Loader::next() {
   } else {
     b = e.take(&progress);
   }
+  // A shard cut short under a memory mapping reads as zeros from then on
+  // (io/fs/mapping_guard.h): no batch goes out after that, and the error names the shard
+  // rather than what the zeros broke downstream.
+  if (Status fault = io::mapping_fault(); !fault.is_ok()) b = fault;
   const bool more = b.is_ok() && b->has_value();
   const auto waited = e.stats->end_wait(true, more        ? RoleState::kRunning
                                               : b.is_ok() ? RoleState::kIdle

@@ -34,6 +34,7 @@
 
 #include "gpu/device.h"
 #include "io/format/manifest_scan.h"
+#include "io/format/sample_reader.h"
 #include "runtime/batch.h"
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
@@ -89,6 +90,10 @@ struct LoaderOptions {
   // database, an object store client) serves every source; its reads run on the worker
   // threads, where current_worker() says who is reading. Must outlive the loader.
   io::FileSystem* file_system = nullptr;
+  // The most bytes one sample may occupy (its tar members with their headers, inflated for
+  // a .tar.gz shard; a window's records): a larger one fails the run, naming its key, before
+  // the first batch. Bounds the memory a decompression bomb can take.
+  uint64_t max_sample_bytes = io::kDefaultMaxSampleBytes;
   // false: scan the sources every time and write no cache; a cached manifest of these
   // sources that differs from the scan is removed (io::CacheMode::kBypass).
   bool use_manifest_cache = true;
@@ -220,6 +225,11 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   // Every actor's state: the coordinator's asked through its mailbox, the others' read
   // from what they report as they run (a worker in a unit cannot answer a message).
   std::vector<RoleSnapshot> snapshot();
+  // Cancels the epoch each hosted rank has open: a next() waiting for data returns
+  // kCancelled at once (batches already collated are still handed out first), and that
+  // epoch stays failed. For a trainer that stops on a signal; safe from any thread, any
+  // number of times. Later epochs start normally.
+  void interrupt();
   // The port of the monitoring endpoints (LoaderOptions::metrics_port), 0 when not served.
   uint16_t monitor_port() const;
   // What GET /status and GET /metrics answer (docs/monitor.md), without HTTP.

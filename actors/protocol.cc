@@ -25,6 +25,7 @@ void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<CheckpointGeneration>("shardyard::CheckpointGeneration");
   cfg.add_message_type<RankSaved>("shardyard::RankSaved");
   cfg.add_message_type<CheckpointCommitted>("shardyard::CheckpointCommitted");
+  cfg.add_message_type<RankSaveFailed>("shardyard::RankSaveFailed");
   cfg.add_message_type<CommitOutcome>("shardyard::CommitOutcome");
   cfg.add_message_type<RestoreRequest>("shardyard::RestoreRequest");
   cfg.add_message_type<ResumeOffer>("shardyard::ResumeOffer");

@@ -86,6 +86,10 @@ typename Inspector::result_type inspect(Inspector& f, CheckpointCommitted& x) {
   return f(caf::meta::type_name("CheckpointCommitted"), x.generation);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankSaveFailed& x) {
+  return f(caf::meta::type_name("RankSaveFailed"), x.rank, x.dir, x.generation, x.error);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CommitOutcome& x) {
   return f(caf::meta::type_name("CommitOutcome"), x.generation, x.ok, x.error);
 }

@@ -98,6 +98,20 @@ coordinator_actor::behavior_type coordinator_fn(
         }
         return rp;
       },
+      [=](const RankSaveFailed& failed) {
+        Status error = self->state.core->save_failed(failed);
+        if (error.is_ok()) return;  // not the pending cut
+        // Every rank waiting for this cut's commit learns now, not at its timeout.
+        auto& waiting = self->state.waiting;
+        for (auto it = waiting.begin(); it != waiting.end();) {
+          if (it->first != failed.generation) {
+            ++it;
+            continue;
+          }
+          it->second.deliver(to_error(error));
+          it = waiting.erase(it);
+        }
+      },
       [=](const CommitOutcome& outcome) {
         self->state.core->save_finished();
         auto& waiting = self->state.waiting;

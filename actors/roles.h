@@ -20,8 +20,8 @@ namespace shardyard::actors {
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<JoinRequest>::with<JobInfo>, caf::replies_to<EpochKeyRequest>::with<EpochKey>,
     caf::reacts_to<RankEpochDone>, caf::replies_to<CheckpointBegin>::with<CheckpointGeneration>,
-    caf::replies_to<RankSaved>::with<CheckpointCommitted>, caf::reacts_to<CommitOutcome>,
-    caf::replies_to<ResumeOffer>::with<ResumeGrant>,
+    caf::replies_to<RankSaved>::with<CheckpointCommitted>, caf::reacts_to<RankSaveFailed>,
+    caf::reacts_to<CommitOutcome>, caf::replies_to<ResumeOffer>::with<ResumeGrant>,
     caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
     caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 

@@ -7,8 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -16,10 +16,13 @@
 #include <thread>
 
 #include "actors/loader.h"
+#include "cli_values.h"
 #include "commands.h"
 #include "device_check.h"
-#include "digest.h"
+#include "dump_keys.h"
+#include "io/remote/http_client.h"
 #include "json_text.h"
+#include "run_stop.h"
 
 namespace shardyard::tools {
 
@@ -28,7 +31,8 @@ namespace {
 struct RunArgs {
   std::vector<std::string> sources;
   uint32_t ranks = 1, workers = 2, batch_size = 64, epochs = 1;
-  uint64_t seed = 0;
+  std::string seed = "0";  // parsed strictly (tools/cli_values.h)
+  std::string max_sample_bytes;
   uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2, prefetch_packets = 0;
   bool shuffle = false, drop_last = false, json = false, no_cache = false, strict = false;
   std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
@@ -49,30 +53,6 @@ struct RunArgs {
   std::string metrics_address;
 };
 
-// "type" or "type:key=value;key=value".
-Result<StageSpec> parse_stage(const std::string& text) {
-  StageSpec s;
-  auto colon = text.find(':');
-  s.type = text.substr(0, colon);
-  if (s.type.empty()) return invalid_argument("--map '" + text + "': missing stage type");
-  if (colon == std::string::npos) return s;
-  std::string rest = text.substr(colon + 1);
-  size_t pos = 0;
-  while (pos <= rest.size()) {
-    auto semi = rest.find(';', pos);
-    std::string kv = rest.substr(pos, semi - pos);
-    if (!kv.empty()) {
-      auto eq = kv.find('=');
-      if (eq == std::string::npos)
-        return invalid_argument("--map '" + text + "': parameter '" + kv + "' needs key=value");
-      s.params[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    if (semi == std::string::npos) break;
-    pos = semi + 1;
-  }
-  return s;
-}
-
 struct RankResult {
   uint64_t samples = 0, bytes = 0, batches = 0;
   uint64_t steps_per_epoch = 0;
@@ -80,8 +60,24 @@ struct RankResult {
   std::vector<double> save_ms;
   uint64_t generation = 0;
   std::optional<ResumePoint> resumed;
+  // Where the last batch delivered ends: its epoch and the number of batches of that epoch
+  // delivered so far (the step a checkpoint saved now records).
+  uint32_t epoch = 0;
+  uint64_t epoch_steps = 0;
+  bool saved_at_stop = false;  // saved a checkpoint at the stop point (SIGTERM)
   Status status;
 };
+
+// What the rank threads share: how the run stops, and progress for the bar.
+struct RunControl {
+  explicit RunControl(uint32_t ranks) : point(ranks), barrier(ranks) {}
+  std::atomic<bool> stop{false};  // end now: an error, or a signal without a checkpoint
+  StopPoint point;                // SIGTERM with --checkpoint-dir: stop here and save
+  RankBarrier barrier;
+  std::atomic<uint64_t> progress{0};
+};
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 long peak_rss_kb() {
   struct rusage ru {};
@@ -96,58 +92,32 @@ double cpu_seconds() {
          ru.ru_stime.tv_usec / 1e6;
 }
 
-// The ranks of `shardyard run` meet here before each save, as data-parallel trainers do at
-// every step (their gradient all-reduce), so a save's time is its own and not the wait for
-// a rank that runs behind. A stopped run releases everyone.
-class RankBarrier {
- public:
-  explicit RankBarrier(uint32_t ranks) : ranks_(ranks) {}
-  void arrive_and_wait(const std::atomic<bool>& stop) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = generation_;
-    if (++waiting_ == ranks_) {
-      waiting_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    while (gen == generation_ && !stop) cv_.wait_for(lock, std::chrono::milliseconds(50));
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const uint32_t ranks_;
-  uint32_t waiting_ = 0;     // guarded by mu_
-  uint64_t generation_ = 0;  // guarded by mu_
-};
-
 // Runs one rank's trainer loop; writes its --dump-keys file.
-void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<uint64_t>& progress,
-              std::atomic<bool>& stop, RankBarrier& barrier, RankResult* out) {
+void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, RunControl& ctl,
+              RankResult* out) {
   auto loader = cluster.loader(rank);
   if (!loader.is_ok()) {
     out->status = loader.status();
     return;
   }
-  std::ofstream dump;
+  DumpWriter dump;
   if (!args.dump_dir.empty()) {
-    std::string path = args.dump_dir + "/rank-" + std::to_string(rank) + ".tsv";
-    dump.open(path);
-    if (!dump) {
-      out->status = io_error("cannot write " + path);
-      return;
-    }
+    out->status = dump.open(args.dump_dir, rank);
+    if (!out->status.is_ok()) return;
   }
   Loader& l = **loader;
+  uint64_t steps_this_run = 0, saved_at = UINT64_MAX;
   auto save = [&]() -> Status {
-    barrier.arrive_and_wait(stop);
+    // Every rank saves at this step; a run stopped meanwhile saves nothing.
+    if (!ctl.barrier.arrive_and_wait(ctl.stop))
+      return cancelled("the run stopped before rank " + std::to_string(rank) + " saved");
     auto t = std::chrono::steady_clock::now();
     Status st = l.save(args.checkpoint_dir);
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
     out->save_ms.push_back(ms);
     ++out->checkpoints;
+    saved_at = steps_this_run;
     return st;
   };
   uint32_t first_epoch = 0;
@@ -160,27 +130,29 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
     out->resumed = *point;
     first_epoch = point->epoch;
   }
-  Sha256 sha;
-  std::string line;
-  uint64_t steps_this_run = 0;
-  for (uint32_t epoch = first_epoch; epoch < args.epochs && !stop; ++epoch) {
+  for (uint32_t epoch = first_epoch; epoch < args.epochs && !ctl.stop; ++epoch) {
     out->status = l.start_epoch(epoch);
     if (!out->status.is_ok()) return;
     out->steps_per_epoch = l.steps_per_epoch();
     for (;;) {
-      if (stop) return;
+      if (ctl.stop) return;
       if (args.stop_after_steps > 0 && steps_this_run == args.stop_after_steps) break;
+      if (!ctl.point.claim(rank)) {
+        // The stop point of a SIGTERM with --checkpoint-dir: every rank stands here.
+        if (saved_at != steps_this_run) out->status = save();
+        out->saved_at_stop = out->status.is_ok() && saved_at == steps_this_run;
+        return;
+      }
       auto batch = l.next();
       if (!batch.is_ok()) {
         out->status = batch.status();
         return;
       }
-      if (!batch->has_value()) break;
-      ++steps_this_run;
-      if (args.checkpoint_every > 0 && steps_this_run % args.checkpoint_every == 0) {
-        out->status = save();
-        if (!out->status.is_ok()) return;
+      if (!batch->has_value()) {
+        ctl.point.unclaim(rank);
+        break;
       }
+      ++steps_this_run;
       const Batch& b = **batch;
       if (!args.device.empty()) {
         out->status = consume_on_device(b, args.check_device);
@@ -189,47 +161,54 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, std::atomic<
       ++out->batches;
       out->samples += b.size();
       out->bytes += b.payload_bytes();
-      progress += b.size();
-      if (!dump.is_open()) continue;
-      for (size_t i = 0; i < b.size(); ++i) {
-        uint64_t bytes = 0;
-        for (const auto& col : b.columns()) {  // columns are sorted by field name
-          auto v = col.value(i);
-          bytes += v.size();
-          sha.add(v);
-        }
-        line.clear();
-        line += std::to_string(b.epoch()) + '\t' + std::to_string(b.step()) + '\t' + b.keys()[i] +
-                '\t' + std::to_string(bytes) + '\t' + sha.hex16() + '\n';
-        dump << line;
+      out->epoch = b.epoch();
+      out->epoch_steps = b.step() + 1;
+      ctl.progress += b.size();
+      out->status = dump.add(b);
+      if (!out->status.is_ok()) return;
+      if (args.checkpoint_every > 0 && steps_this_run % args.checkpoint_every == 0) {
+        out->status = save();
+        if (!out->status.is_ok()) return;
       }
     }
     // --checkpoint-dir saves at the end of every epoch, or, with --stop-after-steps, once
     // after that many steps of the first epoch run here (then the run ends).
-    if (!args.checkpoint_dir.empty() &&
-        (args.checkpoint_every == 0 || steps_this_run % args.checkpoint_every != 0)) {
+    if (!args.checkpoint_dir.empty() && saved_at != steps_this_run) {
       out->status = save();
       if (!out->status.is_ok()) return;
     }
     if (args.stop_after_steps > 0) break;
   }
-  if (dump.is_open()) {
-    dump.flush();
-    if (!dump)
-      out->status = io_error("cannot write the --dump-keys file of rank " + std::to_string(rank));
-  }
+  out->status = dump.close();
 }
 
 int run(const RunArgs& args) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   double cpu0 = cpu_seconds();
+  // First, before any thread starts (tools/run_stop.h). A signal during startup (the
+  // manifest scan) ends the process at once: nothing was delivered.
+  StopSignals signals([](int sig) {
+    std::fprintf(stderr, "shardyard: %s during startup: stopped before any batch was delivered\n",
+                 signal_name(sig));
+    std::cout << nlohmann::json{{"samples", 0},
+                                {"bytes", 0},
+                                {"batches", 0},
+                                {"interrupted", signal_name(sig)}}
+                     .dump()
+              << std::endl;
+  });
+  auto seed = parse_u64("--seed", args.seed);
+  if (!seed.is_ok()) {
+    print_error(seed.status().message());
+    return 2;
+  }
   LoaderOptions opt;
   opt.sources = args.sources;
   opt.world_size = args.ranks;
   opt.workers = args.workers;
   opt.batch_size = args.batch_size;
-  opt.plan.seed = args.seed;
+  opt.plan.seed = *seed;
   opt.plan.shuffle = args.shuffle;
   opt.plan.drop_last = args.drop_last;
   opt.plan.logical_shards = args.logical_shards;
@@ -241,6 +220,14 @@ int run(const RunArgs& args) {
   opt.strict_members = args.strict;
   opt.prefetch_batches = args.prefetch_batches;
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
+  if (!args.max_sample_bytes.empty()) {
+    auto max = parse_byte_size("--max-sample-bytes", args.max_sample_bytes);
+    if (!max.is_ok()) {
+      print_error(max.status().message());
+      return 2;
+    }
+    opt.max_sample_bytes = *max;
+  }
   opt.use_manifest_cache = !args.no_cache;
   opt.cache_dir = args.cache_dir;
   opt.device = args.device;
@@ -325,10 +312,9 @@ int run(const RunArgs& args) {
     return 2;
   }
   if (!args.dump_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(args.dump_dir, ec);
-    if (ec) {
-      print_error("cannot create --dump-keys directory " + args.dump_dir + ": " + ec.message());
+    Status st = prepare_dump_dir(args.dump_dir, args.ranks);
+    if (!st.is_ok()) {
+      print_error(st.message());
       return 1;
     }
   }
@@ -348,8 +334,26 @@ int run(const RunArgs& args) {
   for (const auto& w : report.warnings) print_warning(w);
   auto t_loaded = clock::now();
 
-  std::atomic<uint64_t> progress{0};
-  std::atomic<bool> stop{false}, finished{false};
+  RunControl ctl(args.ranks);
+  // SIGINT, and SIGTERM without --checkpoint-dir: stop now; a next() waiting for data gives
+  // up. SIGTERM with --checkpoint-dir (a cluster about to preempt the job): every rank stops
+  // at one step and saves there, so a resume delivers every sample exactly once.
+  const bool save_on_term = !args.checkpoint_dir.empty();
+  Cluster& c = **cluster;
+  signals.on_signal([&ctl, &c, save_on_term](int sig) {
+    const bool save = sig == SIGTERM && save_on_term;
+    std::fprintf(stderr, "\nshardyard: %s: stopping%s (a second signal ends the process now)\n",
+                 signal_name(sig), save ? " at the next common step to save a checkpoint" : "");
+    if (save) {
+      ctl.point.request();
+    } else {
+      ctl.stop = true;
+      c.interrupt();
+      io::cancel_transfers();  // no worker waits on a slow server
+    }
+  });
+
+  std::atomic<bool> finished{false};
   const bool bar = !args.json && isatty(STDERR_FILENO);
   const uint64_t expected = (*cluster)->manifest().num_samples() * args.epochs;
   std::thread progress_thread;
@@ -358,7 +362,7 @@ int run(const RunArgs& args) {
       while (!finished) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         double s = std::chrono::duration<double>(clock::now() - t_loaded).count();
-        uint64_t p = progress;
+        uint64_t p = ctl.progress;
         int width = 30,
             fill = expected ? static_cast<int>(width * std::min<double>(1.0, double(p) / expected))
                             : 0;
@@ -372,14 +376,14 @@ int run(const RunArgs& args) {
   }
 
   std::vector<RankResult> results(args.ranks);
-  RankBarrier barrier(args.ranks);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < args.ranks; ++r)
     threads.emplace_back([&, r] {
-      run_rank(**cluster, r, args, progress, stop, barrier, &results[r]);
-      if (!results[r].status.is_ok()) stop = true;
+      run_rank(c, r, args, ctl, &results[r]);
+      if (!results[r].status.is_ok()) ctl.stop = true;
     });
   for (auto& t : threads) t.join();
+  signals.on_signal([](int) {});  // the run is over: a late signal changes nothing
   auto t_end = clock::now();
   finished = true;
   const uint16_t metrics_port = (*cluster)->monitor_port();
@@ -444,12 +448,26 @@ int run(const RunArgs& args) {
                     {"generation", p.generation},
                     {"rescaled", p.rescaled}};
   }
+  const int sig = signals.received();
+  if (sig != 0) {
+    j["interrupted"] = signal_name(sig);
+    const bool saved = !results.empty() && results[0].saved_at_stop;
+    if (j.contains("checkpoint")) j["checkpoint"]["saved_on_signal"] = saved;
+    std::string what = "shardyard: stopped by " + std::string(signal_name(sig)) + " after " +
+                       std::to_string(total.batches) + " batches (" +
+                       std::to_string(total.samples) + " samples) were delivered";
+    if (saved)
+      what += "; checkpoint saved in " + args.checkpoint_dir + " at epoch " +
+              std::to_string(results[0].epoch) + " step " + std::to_string(results[0].epoch_steps) +
+              ": continue with --resume " + args.checkpoint_dir;
+    std::fprintf(stderr, "%s\n", what.c_str());
+  }
   if (!args.json)
     std::fprintf(stderr, "loaded %llu samples (%.1f MB) in %.3f s: %.0f samples/s, %.1f MB/s\n",
                  static_cast<unsigned long long>(total.samples), total.bytes / 1e6, seconds,
                  j["samples_per_s"].get<double>(), j["mb_per_s"].get<double>());
   std::cout << dump_json(j) << std::endl;
-  return 0;
+  return sig == 0 ? 0 : 128 + sig;
 }
 
 }  // namespace
@@ -473,7 +491,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--batch-size", args->batch_size, "items per batch and rank")
       ->check(CLI::Range(1u, 1u << 24));
   cmd->add_option("--epochs", args->epochs, "epochs to run")->check(CLI::Range(1u, 1u << 20));
-  cmd->add_option("--seed", args->seed, "seed of the global order");
+  cmd->add_option("--seed", args->seed, "seed of the global order (0 to 2^64-1)");
+  cmd->add_option("--max-sample-bytes", args->max_sample_bytes,
+                  "fail on a sample larger than this (bytes, or with K, M, G; default 256M)");
   cmd->add_option("--logical-shards", args->logical_shards, "L (0: chosen from the manifest)");
   cmd->add_option("--chunk-items", args->chunk_items,
                   "shuffle block in items (0: chosen from the manifest)");

@@ -4,6 +4,14 @@
 
 namespace shardyard::actors {
 
+Status checkpoint_aborted(const std::string& dir, uint32_t epoch, uint64_t step, uint32_t rank,
+                          const std::string& error) {
+  return io_error("checkpoint into " + dir + " at epoch " + std::to_string(epoch) + " step " +
+                  std::to_string(step) + " aborted: rank " + std::to_string(rank) +
+                  " could not write its file: " + error +
+                  "; the last committed checkpoint stays the latest");
+}
+
 Result<JobInfo> CoordinatorState::join(const JoinRequest& req) {
   if (req.fingerprint != job_.fingerprint)
     return invalid_argument("rank " + std::to_string(req.rank) +
@@ -41,6 +49,7 @@ Result<uint64_t> CoordinatorState::begin_save(const CheckpointBegin& b) {
                             std::to_string(joined_.size()) + " of " +
                             std::to_string(job_.world_size) +
                             " ranks joined this coordinator; host every rank in one Cluster");
+  if (auto aborted = tell_aborted(b.rank, b.dir, b.epoch, b.step)) return *aborted;
   const bool same = pending_ && pending_->dir == b.dir && pending_->epoch == b.epoch &&
                     pending_->step == b.step && !pending_->saved.count(b.rank);
   if (!same) {
@@ -52,6 +61,10 @@ Result<uint64_t> CoordinatorState::begin_save(const CheckpointBegin& b) {
 
 Result<std::optional<CheckpointManifest>> CoordinatorState::rank_saved(const RankSaved& s,
                                                                        int64_t now_ms) {
+  if (aborted_ && aborted_->generation == s.generation && aborted_->dir == s.dir) {
+    if (auto aborted = tell_aborted(s.rank, s.dir, s.epoch, s.step)) return *aborted;
+    return aborted_->error;
+  }
   if (!pending_ || pending_->generation != s.generation || pending_->dir != s.dir)
     return cancelled("rank " + std::to_string(s.rank) + " saved generation " +
                      std::to_string(s.generation) +
@@ -86,6 +99,33 @@ Result<std::optional<CheckpointManifest>> CoordinatorState::rank_saved(const Ran
 }
 
 void CoordinatorState::save_finished() { pending_.reset(); }
+
+Status CoordinatorState::save_failed(const RankSaveFailed& f) {
+  if (!pending_ || pending_->generation != f.generation || pending_->dir != f.dir)
+    return Status::ok();
+  AbortedSave a{f.dir, pending_->epoch, pending_->step, f.generation, {}, {}};
+  a.error = checkpoint_aborted(f.dir, a.epoch, a.step, f.rank, f.error);
+  // Ranks that reported their file hear of it in the reply they wait for; so does the
+  // rank that failed.
+  for (const auto& [r, saved] : pending_->saved) a.told.insert(r);
+  a.told.insert(f.rank);
+  Status error = a.error;
+  aborted_ = std::move(a);
+  if (aborted_->told.size() >= job_.world_size) aborted_.reset();
+  pending_.reset();
+  return error;
+}
+
+std::optional<Status> CoordinatorState::tell_aborted(uint32_t rank, const std::string& dir,
+                                                     uint32_t epoch, uint64_t step) {
+  if (!aborted_ || aborted_->dir != dir || aborted_->epoch != epoch || aborted_->step != step ||
+      aborted_->told.count(rank))
+    return std::nullopt;
+  aborted_->told.insert(rank);
+  Status error = aborted_->error;
+  if (aborted_->told.size() >= job_.world_size) aborted_.reset();
+  return error;
+}
 
 CheckpointJob CoordinatorState::checkpoint_job() const {
   return CheckpointJob{

@@ -20,6 +20,11 @@
 
 namespace shardyard::actors {
 
+// The error of a cut aborted because rank `rank` could not write its file: what every rank
+// of the cut gets, the one that failed included.
+Status checkpoint_aborted(const std::string& dir, uint32_t epoch, uint64_t step, uint32_t rank,
+                          const std::string& error);
+
 class CoordinatorState {
  public:
   explicit CoordinatorState(JobInfo job) : job_(std::move(job)) {}
@@ -37,6 +42,11 @@ class CoordinatorState {
   // A rank's file is durable. Returns the manifest to commit once every rank of the world
   // has saved this cut; refuses a file of another generation or cut.
   Result<std::optional<CheckpointManifest>> rank_saved(const RankSaved& saved, int64_t now_ms);
+  // A rank could not write its file. When it is of the pending cut, the cut is aborted:
+  // returns the error every rank of it gets (naming the rank and what failed), which
+  // begin_save() and rank_saved() also give each rank that comes to the aborted cut later.
+  // OK when the cut is not pending (already aborted or replaced): nothing changes.
+  Status save_failed(const RankSaveFailed& failed);
   // The pending cut was committed (or failed): the next save starts afresh.
   void save_finished();
   bool save_pending() const { return pending_.has_value(); }
@@ -53,6 +63,19 @@ class CoordinatorState {
     uint64_t generation = 0;
     std::map<uint32_t, RankSaved> saved;  // by rank
   };
+  // An aborted cut, until every rank has heard of it: a rank that already did and begins
+  // the same cut again is retrying it (a new cut starts).
+  struct AbortedSave {
+    std::string dir;
+    uint32_t epoch = 0;
+    uint64_t step = 0;
+    uint64_t generation = 0;
+    Status error;
+    std::set<uint32_t> told;
+  };
+  // The abort's error for `rank` when it comes to the aborted cut for the first time.
+  std::optional<Status> tell_aborted(uint32_t rank, const std::string& dir, uint32_t epoch,
+                                     uint64_t step);
   // The part of the job a checkpoint records and a resume must match.
   CheckpointJob checkpoint_job() const;
 
@@ -60,6 +83,7 @@ class CoordinatorState {
   std::set<uint32_t> joined_;
   std::map<uint32_t, std::set<uint32_t>> done_;  // epoch -> ranks
   std::optional<PendingSave> pending_;
+  std::optional<AbortedSave> aborted_;
   uint64_t last_generation_ = 0;
   std::optional<uint64_t> resumed_generation_;  // the checkpoint every rank must offer
 };

@@ -12,6 +12,7 @@
 #include "actors/state/messages.h"
 #include "io/fs/file_system.h"
 #include "io/transport/data_plane.h"
+#include "io/format/sample_reader.h"
 #include "runtime/buffer.h"
 #include "runtime/manifest.h"
 #include "runtime/pipeline.h"
@@ -37,9 +38,10 @@ struct JobData {
   uint32_t packet_items = 128;       // items per data-plane packet
   uint64_t packet_bytes = 4u << 20;  // or fewer when they reach this many bytes
   Dispatch dispatch = Dispatch::kNone;
-  SpecCut cut;                   // where each stage of `pipeline` runs
-  uint32_t prefetch_shards = 1;  // broadcast: logical shards loaded ahead of the one in use
-  std::string route_key_field;   // by key: route by this field's bytes (empty: the item key)
+  SpecCut cut;                     // where each stage of `pipeline` runs
+  uint32_t prefetch_shards = 1;    // broadcast: logical shards loaded ahead of the one in use
+  std::string route_key_field;     // by key: route by this field's bytes (empty: the item key)
+  io::SampleReaderOptions reader;  // of every SampleReader (the bound on one sample's bytes)
   // What the roles of this process report to the monitor (null: nothing is reported).
   std::shared_ptr<StatusBoard> status;
 

@@ -176,6 +176,16 @@ struct RankSaved {
 struct CheckpointCommitted {
   uint64_t generation = 0;
 };
+// checkpoint actor -> coordinator: this rank could not write its file of the cut (a full
+// disk, a lost mount). The coordinator aborts the cut at once: every rank waiting for its
+// commit, and every rank that begins or reports it later, gets an error naming this rank
+// and `error`. CHECKPOINT is not touched, so the last committed checkpoint stays the latest.
+struct RankSaveFailed {
+  uint32_t rank = 0;
+  std::string dir;
+  uint64_t generation = 0;
+  std::string error;
+};
 // The coordinator's committer (a short-lived detached actor that writes CHECKPOINT, so the
 // coordinator never blocks on a disk) -> coordinator: the commit's outcome.
 struct CommitOutcome {

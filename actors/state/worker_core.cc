@@ -111,7 +111,7 @@ class Packer {
 }  // namespace
 
 WorkerCore::WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32_t worker)
-    : job_(std::move(job)), reader_(*job_->fs, job_->manifest, job_->pool) {
+    : job_(std::move(job)), reader_(*job_->fs, job_->manifest, job_->pool, job_->reader) {
   if (job_->status) stats_ = job_->status->role("worker", rank, worker);
   identity_.rank = rank;
   identity_.world_size = job_->topology.ranks;
@@ -232,7 +232,7 @@ void release_free_memory() {
 }  // namespace
 
 DispatchCore::DispatchCore(std::shared_ptr<const JobData> job, uint32_t rank)
-    : job_(std::move(job)), reader_(*job_->fs, job_->manifest, job_->pool) {
+    : job_(std::move(job)), reader_(*job_->fs, job_->manifest, job_->pool, job_->reader) {
   identity_.rank = rank;
   identity_.world_size = job_->topology.ranks;
   identity_.num_workers = job_->topology.workers;
@@ -321,7 +321,7 @@ Status DispatchCore::broadcast(const WorkUnit& unit, io::Route& route, UnitStats
     }
     loading.push_back(std::async(std::launch::async, [this, &unit, &first, k]() {
       // Each load has its own reader (readers are single-owner); they share the pool.
-      io::SampleReader reader(*job_->fs, job_->manifest, job_->pool);
+      io::SampleReader reader(*job_->fs, job_->manifest, job_->pool, job_->reader);
       auto shard = std::make_shared<io::SharedShard>();
       shard->first_position = first[k];
       Status st = load_shard(*job_, reader, unit.shards[k], unit.consumed[k], unit.take[k],

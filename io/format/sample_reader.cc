@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "io/format/gzip.h"
+#include "io/fs/mapping_guard.h"
 #include "io/format/tar.h"
 #include "runtime/window.h"
 
@@ -12,14 +13,70 @@ struct SampleReader::GzCursor {
   std::unique_ptr<ByteStream> stream;
 };
 
+namespace {
+
+// What the manifest says of a source and what its file says now, or empty when they agree.
+std::string difference(const SourceEntry& src, const RandomAccessFile& f) {
+  if (src.kind != SourceKind::kTar && src.kind != SourceKind::kTarGz &&
+      src.kind != SourceKind::kRecords)
+    return {};
+  if (f.size() != src.size_bytes)
+    return "it is " + std::to_string(f.size()) + " bytes, the manifest has " +
+           std::to_string(src.size_bytes);
+  if (src.mtime_ns != 0 && f.version() != 0 && f.version() != src.mtime_ns)
+    return "its modification time (or version) is not the manifest's";
+  return {};
+}
+
+Status changed_error(const std::string& uri, const std::string& what) {
+  return corrupt(uri + ": changed since its manifest was built: " + what +
+                 "; rebuild the manifest (shardyard manifest build --source ..., or run with "
+                 "--no-cache) or restore the shard");
+}
+
+// What one sample occupies when read: its members with their headers, or its files.
+uint64_t sample_bytes(const SourceEntry& src, const SampleEntry& e) {
+  return src.kind == SourceKind::kDirectory ? e.payload_bytes : e.end - e.begin;
+}
+
+Status too_large(const std::string& what, uint64_t bytes, uint64_t max) {
+  return invalid_argument(what + " is " + std::to_string(bytes) +
+                          " bytes, more than the bound of " + std::to_string(max) +
+                          " bytes on one sample (--max-sample-bytes); raise the bound if such "
+                          "samples are expected");
+}
+
+Status check_windows(const Manifest& m, uint64_t max) {
+  const uint64_t window = m.window_payload_bytes();
+  return window <= max ? Status::ok() : too_large("a window", window, max);
+}
+
+Status check_samples(const SourceEntry& src, uint64_t first, uint64_t last, uint64_t max) {
+  for (uint64_t s = first; s < last; ++s) {
+    const uint64_t bytes = sample_bytes(src, src.samples[s]);
+    if (bytes > max)
+      return too_large(src.uri + ": sample '" + src.samples[s].key + "'", bytes, max);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status check_sample_bytes(const Manifest& manifest, uint64_t max_sample_bytes) {
+  if (manifest.windows.enabled()) return check_windows(manifest, max_sample_bytes);
+  for (const auto& src : manifest.sources)
+    SY_RETURN_IF_ERROR(check_samples(src, 0, src.samples.size(), max_sample_bytes));
+  return Status::ok();
+}
+
 SampleReader::SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
-                           std::shared_ptr<BufferPool> pool, size_t max_open_files,
-                           size_t map_threshold_bytes)
+                           std::shared_ptr<BufferPool> pool, SampleReaderOptions options)
     : fs_(fs),
       manifest_(std::move(manifest)),
       pool_(std::move(pool)),
-      max_open_(std::max<size_t>(1, max_open_files)),
-      map_threshold_(map_threshold_bytes) {}
+      max_open_(std::max<size_t>(1, options.max_open_files)),
+      map_threshold_(options.map_threshold_bytes),
+      max_sample_bytes_(options.max_sample_bytes) {}
 
 SampleReader::~SampleReader() = default;
 
@@ -30,7 +87,9 @@ Result<std::shared_ptr<RandomAccessFile>> SampleReader::file(uint32_t source) {
     lru_.push_front(source);
     return it->second;
   }
-  SY_ASSIGN_OR_RETURN(auto f, fs_.open(manifest_->sources[source].uri));
+  const auto& src = manifest_->sources[source];
+  SY_ASSIGN_OR_RETURN(auto f, fs_.open(src.uri));
+  if (std::string diff = difference(src, *f); !diff.empty()) return changed_error(src.uri, diff);
   std::shared_ptr<RandomAccessFile> shared(std::move(f));
   if (open_.size() >= max_open_) {
     open_.erase(lru_.back());
@@ -50,9 +109,29 @@ Status SampleReader::read(uint32_t source, uint64_t first, uint64_t last, uint64
   if (last > items)
     return internal_error(src.uri + ": asked for items up to " + std::to_string(last) + " of " +
                           std::to_string(items));
+  SY_RETURN_IF_ERROR(check_sizes(source, first, last));
   if (src.kind == SourceKind::kRecords) return read_records(source, first, last, id, out);
   if (src.kind == SourceKind::kDirectory) return read_dir(source, first, last, id, out);
   return read_tar(source, first, last, id, out);
+}
+
+Status SampleReader::check_sizes(uint32_t source, uint64_t first, uint64_t last) const {
+  if (manifest_->windows.enabled()) return check_windows(*manifest_, max_sample_bytes_);
+  return check_samples(manifest_->sources[source], first, last, max_sample_bytes_);
+}
+
+// A short read or a failed mapping of a source: the file changed when its size is not the
+// manifest's any more (it is not "truncated": it is another file now); otherwise the error
+// as it is.
+Status SampleReader::changed(uint32_t source, const Status& st) {
+  if (Status fault = mapping_fault(); !fault.is_ok()) return fault;
+  const auto& src = manifest_->sources[source];
+  auto info = fs_.stat(src.uri);
+  if (info.is_ok() && src.kind != SourceKind::kDirectory && info->size != src.size_bytes)
+    return changed_error(src.uri, "it is now " + std::to_string(info->size) +
+                                      " bytes, the manifest has " + std::to_string(src.size_bytes));
+  if (st.code() != StatusCode::kCorrupt) return st;
+  return Status(st.code(), st.message() + " (changed since its manifest was built?)");
 }
 
 void SampleReader::will_need(uint32_t source, uint64_t first, uint64_t last) {
@@ -84,9 +163,7 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   SY_ASSIGN_OR_RETURN(auto f, file(source));
   if (src.kind == SourceKind::kTar && end - begin >= map_threshold_) {
     auto mapped = f->map(begin, end - begin);
-    if (!mapped.is_ok())
-      return Status(mapped.status().code(),
-                    mapped.status().message() + " (changed since its manifest was built?)");
+    if (!mapped.is_ok()) return changed(source, mapped.status());
     if (*mapped) {
       bytes_read_ += end - begin;
       const auto& m = **mapped;
@@ -95,24 +172,14 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   }
   auto buf = pool_->acquire(end - begin);
   if (src.kind == SourceKind::kTarGz) {
-    auto& cur = gz_[source];
-    if (!cur || cur->stream->position() > begin) {
-      cur = std::make_unique<GzCursor>();
-      cur->stream = gzip_stream(f);
-    }
-    SY_RETURN_IF_ERROR(cur->stream->skip(begin - cur->stream->position()));
-    size_t done = 0;
-    while (done < end - begin) {
-      SY_ASSIGN_OR_RETURN(size_t got, cur->stream->read(buf->data() + done, end - begin - done));
-      if (got == 0)
-        return corrupt(src.uri + ": truncated at uncompressed byte " +
-                       std::to_string(begin + done) + " (changed since its manifest was built?)");
-      done += got;
+    Status st = inflate_range(source, f, begin, end - begin, buf->data());
+    if (!st.is_ok()) {
+      gz_.erase(source);  // a stream that failed is not resumed
+      return changed(source, st);
     }
   } else {
     Status st = read_exact(*f, begin, buf->data(), end - begin);
-    if (!st.is_ok())
-      return Status(st.code(), st.message() + " (changed since its manifest was built?)");
+    if (!st.is_ok()) return changed(source, st);
   }
   bytes_read_ += end - begin;
   const uint8_t* data = buf->data();
@@ -138,6 +205,28 @@ void add_field(Item* item, std::string name, const uint8_t* data, uint64_t size)
 
 }  // namespace
 
+// Inflates uncompressed bytes [begin, begin + n) of a .tar.gz source into dst, forward from
+// where this reader's stream of it stopped (skipped bytes are inflated and dropped, a
+// block at a time; only [begin, begin + n) is ever held).
+Status SampleReader::inflate_range(uint32_t source, const std::shared_ptr<RandomAccessFile>& f,
+                                   uint64_t begin, uint64_t n, uint8_t* dst) {
+  auto& cur = gz_[source];
+  if (!cur || cur->stream->position() > begin) {
+    cur = std::make_unique<GzCursor>();
+    cur->stream = gzip_stream(f);
+  }
+  SY_RETURN_IF_ERROR(cur->stream->skip(begin - cur->stream->position()));
+  uint64_t done = 0;
+  while (done < n) {
+    SY_ASSIGN_OR_RETURN(size_t got, cur->stream->read(dst + done, static_cast<size_t>(n - done)));
+    if (got == 0)
+      return corrupt(manifest_->sources[source].uri + ": the stream ends at uncompressed byte " +
+                     std::to_string(begin + done));
+    done += got;
+  }
+  return Status::ok();
+}
+
 Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
                            std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
                            uint64_t last, uint64_t id, std::vector<Item>* out) {
@@ -146,10 +235,12 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
   Item* cur = nullptr;
   uint64_t cur_end = 0;  // where the current sample's byte range ends
   auto mismatch = [&](uint64_t offset, const std::string& what) {
+    // Zeros from a mapping cut short read as damage: name the real cause.
+    if (Status fault = mapping_fault(); !fault.is_ok()) return fault;
     return corrupt(src.uri + " at byte " + std::to_string(offset) + ": " + what +
                    kChangedSinceManifest);
   };
-  SY_RETURN_IF_ERROR(parse_tar_buffer(
+  Status parsed = parse_tar_buffer(
       data, size, base, src.uri, [&](const TarEntry& e, const uint8_t* payload) -> Status {
         if (cur != nullptr && e.start_offset < cur_end) {
           // Inside the current sample: members WebDataset's rule skips may lie between
@@ -181,7 +272,11 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
         ++sample;
         add_field(cur, std::move(kf->field), payload, e.size);
         return Status::ok();
-      }));
+      });
+  if (!parsed.is_ok()) {
+    if (Status fault = mapping_fault(); !fault.is_ok()) return fault;
+    return parsed;
+  }
   if (sample != last)
     return mismatch(base + size, "found " + std::to_string(sample - first) +
                                      " samples where the manifest has " +
@@ -203,19 +298,13 @@ Status SampleReader::read_records(uint32_t source, uint64_t first, uint64_t last
                           " run past the records that stitching can use");
   const uint64_t own_bytes = (own_end - range.begin) * rb, head_bytes = head * rb;
   const uint64_t total = own_bytes + head_bytes;
-  auto changed = [](const Status& st) {
-    return Status(st.code(), st.message() + " (changed since its manifest was built?)");
-  };
   SY_ASSIGN_OR_RETURN(auto f, file(source));
-  if (f->size() != src.size_bytes)
-    return corrupt(src.uri + ": " + std::to_string(f->size()) + " bytes where the manifest has " +
-                   std::to_string(src.size_bytes) + " (changed since the run started)");
 
   const uint8_t* data = nullptr;
   std::shared_ptr<const void> owner;
   if (head == 0 && total >= map_threshold_) {
     auto mapped = f->map(range.begin * rb, static_cast<size_t>(total));
-    if (!mapped.is_ok()) return changed(mapped.status());
+    if (!mapped.is_ok()) return changed(source, mapped.status());
     if (*mapped) {
       data = (*mapped)->data();
       owner = *mapped;
@@ -224,12 +313,12 @@ Status SampleReader::read_records(uint32_t source, uint64_t first, uint64_t last
   if (owner == nullptr) {
     auto buf = pool_->acquire(static_cast<size_t>(total));
     Status st = read_exact(*f, range.begin * rb, buf->data(), static_cast<size_t>(own_bytes));
-    if (!st.is_ok()) return changed(st);
+    if (!st.is_ok()) return changed(source, st);
     if (head > 0) {
       // Stitched: the next source's head follows this source's tail in the same buffer.
       SY_ASSIGN_OR_RETURN(auto g, file(source + 1));
       st = read_exact(*g, 0, buf->data() + own_bytes, static_cast<size_t>(head_bytes));
-      if (!st.is_ok()) return changed(st);
+      if (!st.is_ok()) return changed(source + 1, st);
     }
     data = buf->data();
     owner = std::move(buf);

@@ -20,6 +20,16 @@
 // one buffer, so overlapping windows share bytes and no window is copied. Reading a whole
 // logical shard of windows as one buffer is one read() call over its item range.
 //
+// A file is checked against its manifest entry when it is opened (size, and version when
+// both are known): a shard replaced since the manifest was built is reported as changed,
+// naming the shard and what differs, before any byte of it is used. A shard that shrinks
+// while it is read is reported as changed too, never delivered short (a short read), and a
+// memory-mapped range cut short is caught by the mapping guard (mapping_guard.h).
+//
+// No sample larger than `max_sample_bytes` (its members with their headers) is read: it
+// fails with its key, before its buffer is allocated or a compressed shard is inflated
+// into it, so a small .tar.gz that inflates to gigabytes cannot take the memory.
+//
 // Single-owner: one SampleReader per worker thread (it caches open files).
 #pragma once
 
@@ -37,11 +47,26 @@
 
 namespace shardyard::io {
 
+// The default bound on one sample's bytes (LoaderOptions::max_sample_bytes,
+// `shardyard run --max-sample-bytes`).
+inline constexpr uint64_t kDefaultMaxSampleBytes = uint64_t{256} << 20;
+
+struct SampleReaderOptions {
+  size_t max_open_files = 64;
+  size_t map_threshold_bytes = 256u << 10;  // ranges at least this long are mapped
+  uint64_t max_sample_bytes = kDefaultMaxSampleBytes;
+};
+
+// kInvalidArgument naming the shard and the sample's key when one sample (its tar members
+// with their headers; the files of a directory sample; a window) is larger than
+// max_sample_bytes. A job checks its whole manifest once before it starts (so a run fails
+// before its first batch, not in the middle of an epoch); every read checks its run again.
+Status check_sample_bytes(const Manifest& manifest, uint64_t max_sample_bytes);
+
 class SampleReader {
  public:
   SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manifest,
-               std::shared_ptr<BufferPool> pool, size_t max_open_files = 64,
-               size_t map_threshold_bytes = 256u << 10);
+               std::shared_ptr<BufferPool> pool, SampleReaderOptions options = {});
   ~SampleReader();
   // Appends samples (or windows) [first, last) of source `source` to `out`; item ids are
   // first_item_id, first_item_id + 1, ... (shard is left for the caller to set).
@@ -65,11 +90,19 @@ class SampleReader {
   Status parse(uint32_t source, const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
                uint64_t base, uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out);
 
+  // The error for a short read or a failed mapping: "changed" when the file's size is not
+  // the manifest's any more.
+  Status changed(uint32_t source, const Status& st);
+  Status inflate_range(uint32_t source, const std::shared_ptr<RandomAccessFile>& f, uint64_t begin,
+                       uint64_t n, uint8_t* dst);
+  Status check_sizes(uint32_t source, uint64_t first, uint64_t last) const;
+
   FileSystem& fs_;
   std::shared_ptr<const Manifest> manifest_;
   std::shared_ptr<BufferPool> pool_;
   size_t max_open_;
   size_t map_threshold_;
+  uint64_t max_sample_bytes_;
   std::list<uint32_t> lru_;  // most recent first
   std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> open_;
   std::unordered_map<uint32_t, std::unique_ptr<GzCursor>> gz_;

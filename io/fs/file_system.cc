@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "io/fs/mapping_guard.h"
+
 namespace shardyard::io {
 
 namespace {
@@ -38,11 +40,22 @@ Status check_file_type(const std::string& uri, mode_t mode) {
                           ", not a regular file or a directory; give the path of a shard");
 }
 
+// A mapping guarded against the file being cut short (mapping_guard.h): it owns a copy of
+// the file's name, which the SIGBUS handler reports.
 class LocalMapping : public MappedRange {
  public:
-  LocalMapping(void* base, size_t length, size_t skip, size_t n)
-      : base_(base), length_(length), data_(static_cast<const uint8_t*>(base) + skip), n_(n) {}
-  ~LocalMapping() override { ::munmap(base_, length_); }
+  LocalMapping(void* base, size_t length, size_t skip, size_t n, std::string uri)
+      : base_(base),
+        length_(length),
+        data_(static_cast<const uint8_t*>(base) + skip),
+        n_(n),
+        uri_(std::move(uri)),
+        slot_(guard_mapping(base, length, &uri_)) {}
+  ~LocalMapping() override {
+    unguard_mapping(slot_);
+    ::munmap(base_, length_);
+  }
+  bool guarded() const { return slot_ >= 0; }
   const uint8_t* data() const override { return data_; }
   size_t size() const override { return n_; }
 
@@ -51,6 +64,8 @@ class LocalMapping : public MappedRange {
   size_t length_;
   const uint8_t* data_;
   size_t n_;
+  const std::string uri_;
+  const int slot_;
 };
 
 class LocalFile : public RandomAccessFile {
@@ -81,19 +96,22 @@ class LocalFile : public RandomAccessFile {
   }
 
   Result<std::shared_ptr<const MappedRange>> map(uint64_t offset, size_t n) override {
-    // Touching a mapped page past the end of the file kills the process (SIGBUS), so check
-    // the file's size now, not as it was at open: a shard cut short since then is damage.
+    // A range past the end of the file as it is now: it shrank since it was opened. (The
+    // file can still shrink after this check: the mapping is guarded for that.)
     struct stat st {};
     if (::fstat(fd_, &st) != 0) return io_error(uri_ + ": stat failed: " + errno_text(errno));
     if (offset + n > static_cast<uint64_t>(st.st_size))
-      return corrupt(uri_ + ": truncated: wanted " + std::to_string(n) + " bytes at byte " +
-                     std::to_string(offset) + ", file has " + std::to_string(st.st_size));
+      return corrupt(uri_ + ": changed during the run: it is now " + std::to_string(st.st_size) +
+                     " bytes, was " + std::to_string(size_) + " when opened (wanted " +
+                     std::to_string(n) + " bytes at byte " + std::to_string(offset) + ")");
     const uint64_t start = offset & ~static_cast<uint64_t>(4095);
     const size_t skip = static_cast<size_t>(offset - start), length = skip + n;
     void* base = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd_, static_cast<off_t>(start));
     if (base == MAP_FAILED) return std::shared_ptr<const MappedRange>();  // read instead
+    auto mapping = std::make_shared<LocalMapping>(base, length, skip, n, uri_);
+    if (!mapping->guarded()) return std::shared_ptr<const MappedRange>();  // read instead
     ::madvise(base, length, MADV_WILLNEED);
-    return std::shared_ptr<const MappedRange>(new LocalMapping(base, length, skip, n));
+    return std::shared_ptr<const MappedRange>(std::move(mapping));
   }
 
  private:

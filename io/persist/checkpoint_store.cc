@@ -36,6 +36,27 @@ uint64_t generation_of(const std::string& name) {
   return std::stoull(name.substr(g + 2, end - g - 2));
 }
 
+// Removes rank files of generations below `below` other than `committed`, rank
+// temporaries below `below` (the committed generation's too: its files are final), and
+// CHECKPOINT's temporaries. A file that cannot be removed now goes later.
+void remove_stale(const std::string& dir, uint64_t committed, uint64_t below) {
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t tmp = name.find(".tmp.");
+    // A temporary is "<final name>.tmp.<pid>.<n>": judged by its final name.
+    const std::string final_name = tmp == std::string::npos ? name : name.substr(0, tmp);
+    const uint64_t gen = generation_of(final_name);
+    const bool is_tmp = tmp != std::string::npos;
+    const bool stale_rank = gen != 0 && gen < below && (is_tmp || gen != committed);
+    const bool stale_manifest_tmp =
+        tmp != std::string::npos && final_name == kCheckpointManifestName;
+    std::error_code ignored;
+    if (stale_rank || stale_manifest_tmp) std::filesystem::remove(it->path(), ignored);
+  }
+}
+
 }  // namespace
 
 Status write_checkpoint_file(const std::string& dir, const std::string& name,
@@ -84,19 +105,21 @@ Status commit_checkpoint(const std::string& dir, const CheckpointManifest& manif
   SY_RETURN_IF_ERROR(
       write_checkpoint_file(dir, kCheckpointManifestName, encode_checkpoint_manifest(manifest)));
   // The commit is durable: what other generations and interrupted saves left is garbage.
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const uint64_t gen = generation_of(name);
-    const bool stale_rank = gen != 0 && gen != manifest.generation;
-    const bool stale_tmp =
-        name.find(".tmp.") != std::string::npos &&
-        (name.rfind("rank-", 0) == 0 || name.rfind(kCheckpointManifestName, 0) == 0);
-    std::error_code ignored;  // a file that cannot be removed now goes with the next commit
-    if (stale_rank || stale_tmp) std::filesystem::remove(it->path(), ignored);
-  }
+  remove_stale(dir, manifest.generation, UINT64_MAX);
   return Status::ok();
+}
+
+void remove_uncommitted(const std::string& dir, uint64_t below) {
+  uint64_t committed = 0;
+  auto bytes = read_whole_file(join(dir, kCheckpointManifestName));
+  if (bytes.is_ok()) {
+    auto m = decode_checkpoint_manifest(*bytes, join(dir, kCheckpointManifestName));
+    if (!m.is_ok()) return;  // not ours to judge: it may be of a newer format
+    committed = m->generation;
+  } else if (bytes.status().code() != StatusCode::kNotFound) {
+    return;
+  }
+  remove_stale(dir, committed, below);
 }
 
 Result<CheckpointFiles> read_checkpoint_files(const std::string& dir) {

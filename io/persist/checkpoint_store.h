@@ -6,7 +6,9 @@
 // fsynced, renamed over its final name, and the directory is fsynced: a crash (even
 // SIGKILL) at any point leaves either the previous CHECKPOINT with all the files it names,
 // or the new one with all of its files. Files of other generations and stale temporaries
-// are removed only after a commit. Formats: runtime/checkpoint.h, docs/checkpoint-format.md.
+// are removed after a commit, and what an aborted or interrupted save left is removed when
+// the next save starts (remove_uncommitted). Formats: runtime/checkpoint.h,
+// docs/checkpoint-format.md.
 //
 // Thread-safe (no shared state); concurrent saves into one directory must come from one
 // job's coordinator, which serialises commits.
@@ -35,6 +37,16 @@ Result<uint64_t> next_generation(const std::string& dir);
 
 // Replaces CHECKPOINT with `manifest` and removes what no longer belongs to it.
 Status commit_checkpoint(const std::string& dir, const CheckpointManifest& manifest);
+
+// Removes what saves that never committed left in `dir` (a cut aborted because a rank
+// could not write, a process killed in a save): rank files and their temporaries of every
+// generation below `below` but the committed one, and CHECKPOINT's temporaries. Every save
+// calls it with its own generation before it writes: every file below that generation is
+// dead, as one job saves into a directory at a time (a resume only reads: the directory
+// may be another job's). Never touches the committed checkpoint; does nothing when
+// CHECKPOINT exists but cannot be read (it may be of a newer format). Best effort: what
+// cannot be removed now goes the next time.
+void remove_uncommitted(const std::string& dir, uint64_t below);
 
 // The bytes of CHECKPOINT and of every rank file it names (by rank), not yet checked
 // beyond CHECKPOINT's own envelope. kNotFound for a directory without a checkpoint or a

@@ -42,6 +42,29 @@ CURL* thread_handle() {
   return handle.h;
 }
 
+std::atomic<bool> g_cancelled{false};
+
+// All attempts of one request and the waits between them end by this time.
+class Deadline {
+ public:
+  using clock = std::chrono::steady_clock;
+  explicit Deadline(uint32_t seconds)
+      : seconds_(seconds), end_(clock::now() + std::chrono::seconds(seconds)) {}
+  static Deadline none() { return Deadline(0, clock::time_point::max()); }
+  long remaining_ms() const {
+    if (end_ == clock::time_point::max()) return 0;  // 0: no limit, for curl
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - clock::now()).count();
+    return std::max<long>(1, static_cast<long>(ms));
+  }
+  bool expired() const { return clock::now() >= end_; }
+  uint32_t seconds() const { return seconds_; }
+
+ private:
+  Deadline(uint32_t s, clock::time_point end) : seconds_(s), end_(end) {}
+  uint32_t seconds_;
+  clock::time_point end_;
+};
+
 uint64_t thread_random() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng();
@@ -62,6 +85,13 @@ struct Transfer {
   bool full = false;      // we ended the transfer: the buffer is full
   bool bad_range = false;
   bool too_big = false;
+  // A 200 to a range that is not the whole object ends the transfer (the caller reads such
+  // an object another way) instead of skipping to the range.
+  bool refuse_whole = false;
+  bool range_ignored = false;
+  const BodySink* sink = nullptr;           // streamed: the body goes here, not to dst
+  const std::atomic<bool>* stop = nullptr;  // set by the stream's owner: abort
+  bool sink_stopped = false;
   // Response.
   long status = 0;
   std::string error_body;
@@ -70,6 +100,13 @@ struct Transfer {
   std::string etag;
   int64_t last_modified_ns = 0;
 };
+
+// Called by curl about once a second and on every chunk: a non-zero answer aborts.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* t = static_cast<const Transfer*>(user);
+  if (t->stop != nullptr && t->stop->load(std::memory_order_relaxed)) return 1;
+  return g_cancelled.load(std::memory_order_relaxed) ? 1 : 0;
+}
 
 size_t on_header(char* data, size_t size, size_t nitems, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -120,6 +157,10 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
         return 0;  // aborts the transfer
       }
     } else if (t->ranged && t->status == 200) {
+      if (t->refuse_whole) {
+        t->range_ignored = true;
+        return 0;  // aborts the transfer: not the whole object again for every range
+      }
       t->skip = t->range_at;  // the server ignored Range: drop what comes before
     }
   }
@@ -130,6 +171,19 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
     consumed = drop;
   }
   size_t rest = n - consumed;
+  if (t->sink) {
+    size_t take = std::min(rest, t->cap - t->got);
+    if (take > 0 && !(*t->sink)(data + consumed, take)) {
+      t->sink_stopped = true;
+      return 0;
+    }
+    t->got += take;
+    if (take < rest) {
+      t->full = true;
+      return consumed + take;
+    }
+    return n;
+  }
   if (t->body) {
     if (t->body->size() + rest > t->body_max) {
       t->too_big = true;
@@ -181,8 +235,12 @@ struct Call {
   std::string range;  // header value, or empty
 };
 
-CURLcode perform(const HttpOptions& o, const Call& call, Transfer* t) {
+CURLcode perform(const HttpOptions& o, const Call& call, Transfer* t, const Deadline& deadline) {
   CURL* h = thread_handle();
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline.remaining_ms());
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, t);
   curl_easy_setopt(h, CURLOPT_URL, call.url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
@@ -243,20 +301,30 @@ Status failure(const Call& call, CURLcode res, const Transfer& t) {
 
 std::atomic<uint64_t> g_retries{0};
 
-// Runs one step of the retry loop: true to try again (after sleeping), false to give up.
-bool should_retry(const HttpOptions& o, Transport transport, const Transfer& t,
-                  uint32_t* failures) {
+// Runs one step of the retry loop: true to try again (after sleeping, never past the
+// deadline), false to give up.
+bool should_retry(const HttpOptions& o, Transport transport, const Transfer& t, uint32_t* failures,
+                  const Deadline& deadline) {
+  if (g_cancelled || deadline.expired()) return false;
   if (classify(transport, t.status, s3_error_code(t.error_body)) != Verdict::kRetry) return false;
   if (++*failures > o.retry.max_retries) return false;
   g_retries.fetch_add(1, std::memory_order_relaxed);
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(backoff_ms(o.retry, *failures, thread_random())));
-  return true;
+  long wait = backoff_ms(o.retry, *failures, thread_random());
+  if (deadline.remaining_ms() > 0) wait = std::min(wait, deadline.remaining_ms());
+  std::this_thread::sleep_for(std::chrono::milliseconds(wait));
+  return !deadline.expired();
 }
 
+// `got`: the body bytes the request has moved so far, for the message.
 Status gave_up(const HttpOptions& o, const Call& call, CURLcode res, const Transfer& t,
-               Transport transport) {
+               Transport transport, const Deadline& deadline, uint64_t got = 0) {
+  if (g_cancelled) return cancelled(what(call) + ": stopped (the process is stopping)");
   Status st = failure(call, res, t);
+  if (deadline.expired())
+    return unavailable(what(call) + ": no complete answer within " +
+                       std::to_string(deadline.seconds()) + " s (SHARDYARD_HTTP_DEADLINE_S; " +
+                       std::to_string(got) + " body bytes arrived, last attempt: " +
+                       outcome(res, t) + "): the server is too slow or stalls");
   if (classify(transport, t.status, s3_error_code(t.error_body)) != Verdict::kRetry) return st;
   return unavailable(st.message() + " (gave up after " + std::to_string(o.retry.max_retries) +
                      " retries)");
@@ -272,6 +340,7 @@ Result<HttpOptions> HttpOptions::from_env() {
   SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_CONNECT_TIMEOUT_MS", &o.connect_timeout_ms));
   SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_LOW_SPEED_BYTES", &o.low_speed_bytes_per_s));
   SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_TIMEOUT_S", &o.low_speed_time_s));
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_DEADLINE_S", &o.deadline_s));
   SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_RETRIES", &o.retry.max_retries));
   SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_BACKOFF_MS", &o.retry.backoff_base_ms));
   SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_BACKOFF_MAX_MS", &o.retry.backoff_max_ms));
@@ -281,45 +350,57 @@ Result<HttpOptions> HttpOptions::from_env() {
     return invalid_argument(
         "SHARDYARD_HTTP_TIMEOUT_S and SHARDYARD_HTTP_LOW_SPEED_BYTES must be "
         "at least 1 (a stalled transfer must end)");
+  if (o.deadline_s == 0)
+    return invalid_argument("SHARDYARD_HTTP_DEADLINE_S must be at least 1 (every request ends)");
   return o;
 }
 
-Result<ObjectInfo> HttpClient::head(const std::string& url, const RequestSigner* signer) const {
-  Call call{"HEAD", url, signer, ""};
-  for (uint32_t failures = 0;;) {
-    Transfer t;
-    CURLcode res = perform(options_, call, &t);
-    Transport tr = transport_of(res, t);
-    if (tr == Transport::kOk && t.status >= 200 && t.status < 300) {
-      if (t.content_length < 0)
-        return io_error(what(call) + ": the server sent no Content-Length; cannot read ranges");
-      return ObjectInfo{static_cast<uint64_t>(t.content_length), t.last_modified_ns, t.etag};
-    }
-    if (!should_retry(options_, tr, t, &failures)) return gave_up(options_, call, res, t, tr);
-  }
-}
+namespace {
 
-Result<size_t> HttpClient::get_range(const std::string& url, const RequestSigner* signer,
-                                     uint64_t offset, void* dst, size_t n,
-                                     int64_t expected_size) const {
+// Where a ranged GET's body goes: the caller's memory, or a sink.
+struct RangeTarget {
+  char* dst = nullptr;
+  const BodySink* sink = nullptr;
+  const std::atomic<bool>* stop = nullptr;  // with a sink: its owner's stop
+  bool* range_ignored = nullptr;            // set when the server answered 200 (see get_range)
+};
+
+// Bytes [offset, offset + n) of an object of `expected_size` bytes (-1: unknown), resumed
+// where a body broke, until `deadline`. Returns how many arrived (fewer only at the end of
+// the object, or when the server ignored Range and the target asked to know).
+Result<uint64_t> ranged_get(const HttpOptions& o, const std::string& url,
+                            const RequestSigner* signer, uint64_t offset, uint64_t n,
+                            int64_t expected_size, const RangeTarget& target,
+                            const Deadline& deadline) {
   if (expected_size >= 0) {
-    if (offset >= static_cast<uint64_t>(expected_size)) return size_t{0};
-    n = static_cast<size_t>(std::min<uint64_t>(n, static_cast<uint64_t>(expected_size) - offset));
+    if (offset >= static_cast<uint64_t>(expected_size)) return uint64_t{0};
+    n = std::min<uint64_t>(n, static_cast<uint64_t>(expected_size) - offset);
   }
-  if (n == 0) return size_t{0};
-  auto* out = static_cast<char*>(dst);
-  size_t done = 0;
+  uint64_t done = 0;
   uint32_t failures = 0;
   while (done < n) {
     Call call{"GET", url, signer,
               "bytes=" + std::to_string(offset + done) + "-" + std::to_string(offset + n - 1)};
+    if (g_cancelled) return cancelled(what(call) + ": stopped (the process is stopping)");
     Transfer t;
-    t.dst = out + done;
-    t.cap = n - done;
+    t.dst = target.dst ? target.dst + done : nullptr;
+    t.sink = target.sink;
+    t.stop = target.stop;
+    t.cap = static_cast<size_t>(n - done);
     t.ranged = true;
     t.range_at = offset + done;
-    CURLcode res = perform(options_, call, &t);
+    // A 200 is the right answer to a range that is the whole object.
+    const bool whole = offset + done == 0 && expected_size >= 0 &&
+                       offset + n == static_cast<uint64_t>(expected_size);
+    t.refuse_whole = target.range_ignored != nullptr && !whole;
+    CURLcode res = perform(o, call, &t, deadline);
     done += t.got;
+    if (t.range_ignored) {
+      *target.range_ignored = true;
+      return done;
+    }
+    if (t.sink_stopped || (t.stop != nullptr && *t.stop))
+      return cancelled(what(call) + ": stopped by its reader");
     Transport tr = transport_of(res, t);
     if (tr == Transport::kOk && t.status >= 200 && t.status < 300) {
       int64_t total = t.status == 206 && t.content_range ? t.content_range->total
@@ -341,25 +422,74 @@ Result<size_t> HttpClient::get_range(const std::string& url, const RequestSigner
                        "opened (rebuild the manifest)");
       break;
     }
-    if (t.got > 0) failures = 0;  // progress: the rest gets a fresh budget
-    if (!should_retry(options_, tr, t, &failures)) return gave_up(options_, call, res, t, tr);
+    if (t.got > 0) failures = 0;  // progress: the rest gets a fresh budget (the deadline stays)
+    if (!should_retry(o, tr, t, &failures, deadline))
+      return gave_up(o, call, res, t, tr, deadline, done);
   }
   return done;
+}
+
+}  // namespace
+
+Result<ObjectInfo> HttpClient::head(const std::string& url, const RequestSigner* signer) const {
+  Call call{"HEAD", url, signer, ""};
+  const Deadline deadline(options_.deadline_s);
+  for (uint32_t failures = 0;;) {
+    if (g_cancelled) return cancelled(what(call) + ": stopped (the process is stopping)");
+    Transfer t;
+    CURLcode res = perform(options_, call, &t, deadline);
+    Transport tr = transport_of(res, t);
+    if (tr == Transport::kOk && t.status >= 200 && t.status < 300) {
+      if (t.content_length < 0)
+        return io_error(what(call) + ": the server sent no Content-Length; cannot read ranges");
+      return ObjectInfo{static_cast<uint64_t>(t.content_length), t.last_modified_ns, t.etag};
+    }
+    if (!should_retry(options_, tr, t, &failures, deadline))
+      return gave_up(options_, call, res, t, tr, deadline);
+  }
+}
+
+Result<size_t> HttpClient::get_range(const std::string& url, const RequestSigner* signer,
+                                     uint64_t offset, void* dst, size_t n, int64_t expected_size,
+                                     bool* range_ignored) const {
+  if (n == 0) return size_t{0};
+  RangeTarget target{static_cast<char*>(dst), nullptr, nullptr, range_ignored};
+  SY_ASSIGN_OR_RETURN(uint64_t got, ranged_get(options_, url, signer, offset, n, expected_size,
+                                               target, Deadline(options_.deadline_s)));
+  return static_cast<size_t>(got);
+}
+
+Status HttpClient::get_stream(const std::string& url, const RequestSigner* signer, uint64_t offset,
+                              uint64_t n, int64_t expected_size, const std::atomic<bool>& stop,
+                              const BodySink& sink) const {
+  if (n == 0) return Status::ok();
+  RangeTarget target{nullptr, &sink, &stop, nullptr};
+  SY_ASSIGN_OR_RETURN(uint64_t got, ranged_get(options_, url, signer, offset, n, expected_size,
+                                               target, Deadline::none()));
+  if (got < n)
+    return corrupt(redact_url(url) + ": the object ended at byte " + std::to_string(offset + got) +
+                   ", expected " + std::to_string(offset + n));
+  return Status::ok();
 }
 
 Result<std::string> HttpClient::get_body(const std::string& url, const RequestSigner* signer,
                                          size_t max_bytes) const {
   Call call{"GET", url, signer, ""};
+  const Deadline deadline(options_.deadline_s);
   for (uint32_t failures = 0;;) {
+    if (g_cancelled) return cancelled(what(call) + ": stopped (the process is stopping)");
     std::string body;
     Transfer t;
     t.body = &body;
     t.body_max = max_bytes;
-    CURLcode res = perform(options_, call, &t);
+    CURLcode res = perform(options_, call, &t, deadline);
     Transport tr = transport_of(res, t);
     if (tr == Transport::kOk && t.status >= 200 && t.status < 300) return body;
-    if (!should_retry(options_, tr, t, &failures)) return gave_up(options_, call, res, t, tr);
+    if (!should_retry(options_, tr, t, &failures, deadline))
+      return gave_up(options_, call, res, t, tr, deadline);
   }
 }
+
+void cancel_transfers() { g_cancelled = true; }
 
 }  // namespace shardyard::io

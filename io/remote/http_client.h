@@ -1,12 +1,15 @@
 // HttpClient: the libcurl transfers of the HTTP(S) and S3 file systems.
 //
-// Three calls: HEAD (size and version of an object), a ranged GET into the caller's memory,
-// and a GET of a small body (S3 listings). Every call retries what is worth retrying
-// (http_util.h: classify) with exponential backoff and jitter, and a ranged GET whose body
-// breaks resumes at the byte where it broke, so nothing is lost or read twice. Stalled
-// transfers end after `low_speed_time_s` below `low_speed_bytes_per_s` and are retried.
-// Errors name the method, the URL without its query string and the HTTP status; request
-// headers (credentials, signatures) are never put in a message.
+// Four calls: HEAD (size and version of an object), a ranged GET into the caller's memory,
+// a ranged GET streamed to a callback (a whole object, in order), and a GET of a small
+// body (S3 listings). Every call retries what is worth retrying (http_util.h: classify)
+// with exponential backoff and jitter, and a ranged GET whose body breaks resumes at the
+// byte where it broke, so nothing is lost or read twice. An attempt slower than
+// `low_speed_bytes_per_s` for `low_speed_time_s` (a trickle or a stall) is aborted and
+// retried, and every call but the streamed GET ends within `deadline_s`, all attempts and
+// waits included: a server that sends 1 byte per second, or half a body and then nothing,
+// cannot keep a read alive. Errors name the method, the URL without its query string and
+// the HTTP status; request headers (credentials, signatures) are never put in a message.
 //
 // Connections are reused: each thread owns one curl easy handle (thread_local), which keeps
 // its connections alive between requests. curl appears only in http_client.cc.
@@ -14,7 +17,9 @@
 // Thread-safe: the client is immutable; calls may run on any number of threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,9 +31,10 @@ namespace shardyard::io {
 
 // Documented in docs/remote-sources.md; every field has a SHARDYARD_HTTP_* variable.
 struct HttpOptions {
-  uint32_t connect_timeout_ms = 10000;  // SHARDYARD_HTTP_CONNECT_TIMEOUT_MS
-  uint32_t low_speed_bytes_per_s = 1;   // SHARDYARD_HTTP_LOW_SPEED_BYTES
-  uint32_t low_speed_time_s = 30;       // SHARDYARD_HTTP_TIMEOUT_S: stall limit
+  uint32_t connect_timeout_ms = 10000;    // SHARDYARD_HTTP_CONNECT_TIMEOUT_MS
+  uint32_t low_speed_bytes_per_s = 1024;  // SHARDYARD_HTTP_LOW_SPEED_BYTES: speed floor
+  uint32_t low_speed_time_s = 30;         // SHARDYARD_HTTP_TIMEOUT_S: over this window
+  uint32_t deadline_s = 90;               // SHARDYARD_HTTP_DEADLINE_S: per request, all tries
   RetryPolicy retry;       // SHARDYARD_HTTP_RETRIES, SHARDYARD_HTTP_BACKOFF_MS, _BACKOFF_MAX_MS
   bool verify_tls = true;  // SHARDYARD_HTTP_INSECURE=1 turns certificate checks off
 
@@ -51,6 +57,13 @@ struct ObjectInfo {
   std::string etag;
 };
 
+// Ends every transfer in progress and refuses new ones (kCancelled), for the rest of the
+// process: for a command stopping on a signal, so that no worker waits on a slow server.
+void cancel_transfers();
+
+// Receives a streamed body piece by piece, in order; false stops the transfer (kCancelled).
+using BodySink = std::function<bool(const char* data, size_t n)>;
+
 class HttpClient {
  public:
   explicit HttpClient(HttpOptions options) : options_(std::move(options)) {}
@@ -62,8 +75,20 @@ class HttpClient {
   // Reads bytes [offset, offset + n) into dst; fewer only where the object ends. When
   // `expected_size` >= 0 the response must describe an object of that size (else kCorrupt:
   // the object changed since it was opened).
+  // With `range_ignored`: a server that answers a range that is not the whole object with
+  // the whole object (200) gets its transfer dropped at once, *range_ignored is set and
+  // the bytes read so far are returned; without, the leading bytes are skipped.
   Result<size_t> get_range(const std::string& url, const RequestSigner* signer, uint64_t offset,
-                           void* dst, size_t n, int64_t expected_size) const;
+                           void* dst, size_t n, int64_t expected_size,
+                           bool* range_ignored = nullptr) const;
+  // Streams bytes [offset, offset + n) of an object of `expected_size` bytes to `sink`,
+  // in order, each byte once: a broken transfer resumes where it broke (from a server that
+  // ignores Range, by skipping what was passed on already). No deadline: the speed floor
+  // ends a stalled attempt, and setting `stop` ends the transfer within about a second
+  // (kCancelled), as does a sink that answers false.
+  Status get_stream(const std::string& url, const RequestSigner* signer, uint64_t offset,
+                    uint64_t n, int64_t expected_size, const std::atomic<bool>& stop,
+                    const BodySink& sink) const;
   // A whole (small) body, at most max_bytes.
   Result<std::string> get_body(const std::string& url, const RequestSigner* signer,
                                size_t max_bytes = 64u << 20) const;

@@ -186,9 +186,11 @@ class ReadAheadFile : public RandomAccessFile {
           if (pos == hit->end()) forget(hit);
           continue;
         }
-        // A failed or short fetch: forget it and read the range directly (the error, if it
-        // persists, comes from that read).
+        // A failed fetch had its retries and its deadline: its error is the read's (trying
+        // again would double the time a dead server holds the reader). A short one: forget
+        // it and read the range directly.
         forget(hit);
+        if (!hit->status.is_ok()) return hit->status;
         uint64_t stop = std::min(end, hit->end());
         SY_RETURN_IF_ERROR(direct(pos, static_cast<size_t>(stop - pos), out + (pos - offset)));
         pos = stop;

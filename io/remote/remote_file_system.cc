@@ -110,19 +110,56 @@ class S3Endpoint : public Endpoint {
   S3Signer signer_;
 };
 
-// A remote object as it was when opened: every read asks for that size.
+std::string server_of(const std::string& url) {
+  auto u = parse_url(url);
+  if (!u) return url;
+  return u->scheme + "://" + u->host + ":" + std::to_string(u->port);
+}
+
+// A remote object as it was when opened: every read asks for that size. Reads are ranged
+// GETs until the server ignores Range; from then on they come from the object's spool.
 class RemoteFile : public RandomAccessFile {
  public:
   RemoteFile(std::shared_ptr<const HttpClient> client, std::shared_ptr<const Endpoint> endpoint,
-             std::string uri, std::string url, ObjectInfo info)
+             std::shared_ptr<SpoolCache> spools, std::string uri, std::string url, ObjectInfo info)
       : client_(std::move(client)),
         endpoint_(std::move(endpoint)),
+        spools_(std::move(spools)),
         uri_(redact_url(uri)),  // for messages only: reads use url_
         url_(std::move(url)),
+        server_(server_of(url_)),
         info_(std::move(info)) {}
   Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
-    return client_->get_range(url_, endpoint_->signer(), offset, dst, n,
-                              static_cast<int64_t>(info_.size));
+    std::shared_ptr<ObjectSpool> spool;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!gave_up_.is_ok()) return gave_up_;
+      spool = spool_;
+    }
+    if (spool) return spool->read_at(offset, dst, n);
+    if (spools_->server_ignores_range(server_) || spools_->find(spool_key())) {
+      SY_ASSIGN_OR_RETURN(spool, spool_of_object());
+      return spool->read_at(offset, dst, n);
+    }
+    bool range_ignored = false;
+    auto r = client_->get_range(url_, endpoint_->signer(), offset, dst, n,
+                                static_cast<int64_t>(info_.size), &range_ignored);
+    if (!r.is_ok()) {
+      // Retries and the deadline are spent: the next read of this object would only spend
+      // them again (a scan that probes a file and then reads it would wait twice).
+      if (r.status().code() == StatusCode::kUnavailable) {
+        std::lock_guard<std::mutex> lock(mu_);
+        gave_up_ = r.status();
+      }
+      return r.status();
+    }
+    const size_t got = *r;
+    if (!range_ignored) return got;
+    spools_->mark_server(server_);
+    SY_ASSIGN_OR_RETURN(spool, spool_of_object());
+    SY_ASSIGN_OR_RETURN(size_t rest,
+                        spool->read_at(offset + got, static_cast<char*>(dst) + got, n - got));
+    return got + rest;
   }
   uint64_t size() const override { return info_.size; }
   const std::string& uri() const override { return uri_; }
@@ -131,10 +168,40 @@ class RemoteFile : public RandomAccessFile {
   }
 
  private:
+  // The server ignores Range: the whole object, once, for every file open on it.
+  std::string spool_key() const {
+    return url_ + "\n" + std::to_string(info_.size) + "\n" + std::to_string(version());
+  }
+
+  Result<std::shared_ptr<ObjectSpool>> spool_of_object() {
+    const std::string key = spool_key();
+    auto client = client_;
+    auto endpoint = endpoint_;
+    const std::string url = url_;
+    const uint64_t size = info_.size;
+    const std::string uri = uri_;
+    SY_ASSIGN_OR_RETURN(auto spool, spools_->get(key, [&](const std::string& dir) {
+      auto download = [client, endpoint, url, size](const std::atomic<bool>& stop,
+                                                    const BodySink& sink) {
+        return client->get_stream(url, endpoint->signer(), 0, size, static_cast<int64_t>(size),
+                                  stop, sink);
+      };
+      return ObjectSpool::start(uri, size, download, client->options(), dir);
+    }));
+    std::lock_guard<std::mutex> lock(mu_);
+    spool_ = spool;
+    return spool;
+  }
+
   std::shared_ptr<const HttpClient> client_;
   std::shared_ptr<const Endpoint> endpoint_;
+  std::shared_ptr<SpoolCache> spools_;
   std::string uri_, url_;
+  std::string server_;  // scheme://host:port of url_
   ObjectInfo info_;
+  std::mutex mu_;
+  std::shared_ptr<ObjectSpool> spool_;  // guarded by mu_: set once Range is found ignored
+  Status gave_up_;                      // guarded by mu_: a read that ran out of time or tries
 };
 
 class RemoteFileSystem : public FileSystem {
@@ -142,6 +209,7 @@ class RemoteFileSystem : public FileSystem {
   RemoteFileSystem(std::shared_ptr<const Endpoint> endpoint, const RemoteOptions& o)
       : client_(std::make_shared<HttpClient>(o.http)),
         endpoint_(std::move(endpoint)),
+        spools_(std::make_shared<SpoolCache>(o.spool)),
         read_ahead_(o.read_ahead) {}
 
   Result<FileInfo> stat(const std::string& uri) override {
@@ -157,7 +225,7 @@ class RemoteFileSystem : public FileSystem {
   Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
     SY_ASSIGN_OR_RETURN(auto url, endpoint_->object_url(uri));
     SY_ASSIGN_OR_RETURN(auto info, client_->head(url, endpoint_->signer()));
-    auto raw = std::make_shared<RemoteFile>(client_, endpoint_, uri, url, std::move(info));
+    auto raw = std::make_shared<RemoteFile>(client_, endpoint_, spools_, uri, url, std::move(info));
     return read_ahead_file(std::move(raw), read_ahead_);
   }
 
@@ -168,6 +236,7 @@ class RemoteFileSystem : public FileSystem {
  private:
   std::shared_ptr<const HttpClient> client_;
   std::shared_ptr<const Endpoint> endpoint_;
+  std::shared_ptr<SpoolCache> spools_;
   ReadAheadOptions read_ahead_;
 };
 
@@ -228,6 +297,7 @@ Result<RemoteOptions> RemoteOptions::from_env() {
   RemoteOptions o;
   SY_ASSIGN_OR_RETURN(o.http, HttpOptions::from_env());
   SY_ASSIGN_OR_RETURN(o.read_ahead, ReadAheadOptions::from_env());
+  SY_ASSIGN_OR_RETURN(o.spool, SpoolOptions::from_env());
   return o;
 }
 

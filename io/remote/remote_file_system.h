@@ -3,7 +3,10 @@
 // Both implement FileSystem (file_system.h): stat is a HEAD, open is a HEAD that returns a
 // RandomAccessFile whose read_at is a ranged GET, wrapped in a ReadAheadFile
 // (read_ahead.h) so that a worker's small sequential reads become a few large GETs with
-// the next block fetched in the background. Transfers retry and resume (http_client.h).
+// the next block fetched in the background. Transfers retry and resume, and end within a
+// deadline (http_client.h). An object whose server ignores Range (answers a ranged GET with
+// the whole object) is noticed at its first read and read once, in order, through a spool
+// (object_spool.h) shared by every file open on it.
 //
 // HTTP(S): a uri is the URL itself (redirects are followed). list() is not supported:
 // name the shards with a brace pattern.
@@ -22,6 +25,7 @@
 
 #include "io/fs/file_system.h"
 #include "io/remote/http_client.h"
+#include "io/remote/object_spool.h"
 #include "io/remote/read_ahead.h"
 #include "io/remote/sigv4.h"
 
@@ -30,7 +34,8 @@ namespace shardyard::io {
 struct RemoteOptions {
   HttpOptions http;
   ReadAheadOptions read_ahead;
-  // Both from their SHARDYARD_HTTP_* variables (docs/remote-sources.md).
+  SpoolOptions spool;
+  // All from their SHARDYARD_HTTP_* variables (docs/remote-sources.md).
   static Result<RemoteOptions> from_env();
 };
 

@@ -179,6 +179,10 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   EXPECT_EQ(rs.file, "rank-00001.g000008.ckpt");
   EXPECT_EQ(rs.checksum, 0xabcdefULL);
   EXPECT_EQ(round_trip(CheckpointCommitted{8}).generation, 8u);
+  auto failed = round_trip(RankSaveFailed{1, "/ck", 8, "No space left on device"});
+  EXPECT_EQ(failed.rank, 1u);
+  EXPECT_EQ(failed.generation, 8u);
+  EXPECT_EQ(failed.error, "No space left on device");
   auto co = round_trip(CommitOutcome{8, false, "disk full"});
   EXPECT_FALSE(co.ok);
   EXPECT_EQ(co.error, "disk full");

@@ -42,6 +42,48 @@ TEST(CoordinatorStateTest, HandsOutOneKeyPerEpochAndTracksCompletion) {
   EXPECT_TRUE(c.epoch_complete(1));
 }
 
+RankSaved saved(uint32_t rank, uint64_t generation) {
+  return RankSaved{rank, "/ck", generation, 0, 5, 9, 0, false, "f", 1, 2};
+}
+
+// A rank that cannot write its file aborts the cut for every rank: those that saved, those
+// still writing and those that begin it later all get the error naming the failed rank,
+// each once; then beginning the same cut again is a retry, a new cut.
+TEST(CoordinatorStateTest, AFailedRankFileAbortsTheCutForEveryRank) {
+  JobInfo job = job_info();
+  job.world_size = 4;
+  CoordinatorState c(job);
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.join(JoinRequest{r, 3, 42}).is_ok());
+  auto g = c.begin_save(CheckpointBegin{0, "/ck", 0, 5, 3});
+  ASSERT_TRUE(g.is_ok());
+  ASSERT_TRUE(c.begin_save(CheckpointBegin{1, "/ck", 0, 5, 3}).is_ok());
+  ASSERT_TRUE(c.begin_save(CheckpointBegin{2, "/ck", 0, 5, 3}).is_ok());
+  ASSERT_TRUE(c.rank_saved(saved(0, *g), 0).is_ok());  // rank 0 waits for the commit
+  // Rank 1 cannot write.
+  Status error = c.save_failed(RankSaveFailed{1, "/ck", *g, "i/o error: disk full"});
+  ASSERT_FALSE(error.is_ok());
+  EXPECT_NE(error.message().find("rank 1"), std::string::npos) << error.message();
+  EXPECT_NE(error.message().find("disk full"), std::string::npos) << error.message();
+  EXPECT_FALSE(c.save_pending());
+  // Rank 2 was writing: its report gets the same error, not a wait.
+  auto late = c.rank_saved(saved(2, *g), 0);
+  ASSERT_FALSE(late.is_ok());
+  EXPECT_EQ(late.status().message(), error.message());
+  // Rank 3 had not begun: it gets the error at once instead of opening a cut nobody ends.
+  auto begin3 = c.begin_save(CheckpointBegin{3, "/ck", 0, 5, 3});
+  ASSERT_FALSE(begin3.is_ok());
+  EXPECT_EQ(begin3.status().message(), error.message());
+  EXPECT_FALSE(c.save_pending());
+  // Everyone heard: the same cut again is a retry with a new generation.
+  auto retry = c.begin_save(CheckpointBegin{1, "/ck", 0, 5, *g + 1});
+  ASSERT_TRUE(retry.is_ok());
+  EXPECT_GT(*retry, *g);
+  EXPECT_TRUE(c.save_pending());
+  // A failure reported for a cut that is no longer pending changes nothing.
+  EXPECT_TRUE(c.save_failed(RankSaveFailed{2, "/ck", *g, "late"}).is_ok());
+  EXPECT_TRUE(c.save_pending());
+}
+
 TEST(DispatcherStateTest, UnitsCoverTheRankShareOncePerWorker) {
   testing::TempDir tmp;
   auto pattern = testing::make_dataset(tmp.path(), 5, 13, 100, 1);

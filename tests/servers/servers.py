@@ -22,7 +22,12 @@ no COUNT = all of them):
   reset xN      close the connection before answering
   drop:BYTESxN  GET: send headers and BYTES bytes of the body, then close the connection
   stall:BYTESxN GET: send headers and BYTES bytes, then go silent for 60 s
-Every request through the proxy is counted in /_stats (JSON: path -> [method, range]...).
+  hang:BYTESxN  GET: send headers and BYTES bytes, then nothing, the connection left open
+                until the client closes it (or 10 minutes pass)
+  slow:BPSxN    GET: send the body at BPS bytes per second (slow:1 is a byte a second)
+  norangexN     GET: ignore Range, as some servers do: 200 with the whole object
+Every request through the proxy is counted in /_stats (JSON: path -> [method, range]...);
+FaultProxy.sent_bytes() says how many body bytes went out per path.
 """
 import argparse
 import http.client
@@ -201,10 +206,12 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         spec, _, rest = path[4:].partition("/")
         rest = "/" + rest
         srv = self.server
+        if not srv.enabled:
+            return None, None, rest
         for item in spec.split(","):
             kind, _, count = item.partition("x")
             kind, _, arg = kind.partition(":")
-            if kind in ("drop", "stall") and self.command != "GET":
+            if kind in ("drop", "stall", "hang", "slow", "norange") and self.command != "GET":
                 continue
             with srv.lock:
                 key = (path, item)
@@ -241,7 +248,8 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
                     b"<Message>Please reduce your request rate.</Message></Error>")
             return self._status(503, body, "application/xml")
         conn = http.client.HTTPConnection("127.0.0.1", srv.upstream_port, timeout=60)
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")}
+        relayed = ("if-match",) if kind == "norange" else ("range", "if-match")
+        headers = {k: v for k, v in self.headers.items() if k.lower() in relayed}
         conn.request(self.command, upstream_path, headers=headers)
         resp = conn.getresponse()
         self.send_response(resp.status)
@@ -254,37 +262,75 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             conn.close()
             return
         sent = 0
-        while True:
-            chunk = resp.read(65536)
-            if not chunk:
-                break
-            if kind in ("drop", "stall") and sent + len(chunk) >= arg:
-                self.wfile.write(chunk[: max(0, arg - sent)])
-                self.wfile.flush()
-                if kind == "stall":
-                    time.sleep(60)
-                self.close_connection = True
-                try:
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                conn.close()
+        try:
+            while True:
+                chunk = resp.read(65536)
+                if not chunk:
+                    break
+                if kind == "slow":
+                    for i in range(0, len(chunk), max(1, arg)):
+                        self._send(chunk[i:i + max(1, arg)], upstream_path)
+                        time.sleep(1)
+                    sent += len(chunk)
+                    continue
+                if kind in ("drop", "stall", "hang") and sent + len(chunk) >= arg:
+                    self._send(chunk[: max(0, arg - sent)], upstream_path)
+                    if kind == "stall":
+                        time.sleep(60)
+                    if kind == "hang":
+                        self._wait_for_close(600)
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    return
+                self._send(chunk, upstream_path)
+                sent += len(chunk)
+        except OSError:  # the client went away
+            self.close_connection = True
+        finally:
+            conn.close()
+
+    def _send(self, data, path):
+        self.wfile.write(data)
+        self.wfile.flush()
+        with self.server.lock:
+            self.server.sent[path] = self.server.sent.get(path, 0) + len(data)
+
+    def _wait_for_close(self, seconds):
+        """Sends nothing until the client closes the connection (or `seconds` pass)."""
+        self.connection.settimeout(1)
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            try:
+                if not self.connection.recv(1, socket.MSG_PEEK):
+                    return
+            except socket.timeout:
+                continue
+            except OSError:
                 return
-            self.wfile.write(chunk)
-            sent += len(chunk)
-        conn.close()
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that drops a connection (as the faults make them) is no news
+        super().handle_error(request, client_address)
 
 
 class FaultProxy:
     """An HTTP relay to 127.0.0.1:upstream_port that injects the faults its paths name."""
 
     def __init__(self, upstream_port):
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FaultHandler)
+        self.server = _QuietServer(("127.0.0.1", 0), _FaultHandler)
         self.server.daemon_threads = True
         self.server.upstream_port = upstream_port
         self.server.lock = threading.Lock()
         self.server.counts = {}
         self.server.log = []
+        self.server.sent = {}  # upstream path -> body bytes sent
+        self.server.enabled = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -299,6 +345,16 @@ class FaultProxy:
     def requests(self):
         with self.server.lock:
             return list(self.server.log)
+
+    def set_faults(self, enabled):
+        """Turns every fault off (relay as they are) or on again."""
+        with self.server.lock:
+            self.server.enabled = enabled
+
+    def sent_bytes(self):
+        """Body bytes sent so far, by upstream path (the path without its /_f/SPEC part)."""
+        with self.server.lock:
+            return dict(self.server.sent)
 
 
 def blob_byte(i):

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -54,7 +55,7 @@ TEST(SampleReader, ReadsBackExactlyTheBytesWrittenInOneRun) {
     const auto want = fx.samples(name);
     ASSERT_EQ(manifest->sources[0].samples.size(), want.size());
     for (size_t map_threshold : kMapThresholds) {
-      SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, map_threshold);
+      SampleReader reader(local_file_system(), manifest, BufferPool::create(), {64, map_threshold});
       std::vector<Item> items;
       Status st = reader.read(0, 0, want.size(), 1000, &items);
       ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -73,7 +74,7 @@ TEST(SampleReader, ReadsAnyRunInAnyOrder) {
     const auto want = fx.samples(name);
     const uint64_t n = want.size();
     for (size_t map_threshold : kMapThresholds) {
-      SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, map_threshold);
+      SampleReader reader(local_file_system(), manifest, BufferPool::create(), {64, map_threshold});
       // Forward runs of every length, then backward runs (a gzip source restarts).
       for (uint64_t len = 1; len <= n; ++len) {
         for (uint64_t first = 0; first + len <= n; first += len) {
@@ -100,7 +101,7 @@ TEST(SampleReader, SwitchesBetweenMoreSourcesThanOpenFiles) {
   std::vector<std::string> paths;
   for (const auto& n : names) paths.push_back(fx.path(n));
   auto manifest = manifest_of(paths);
-  SampleReader reader(local_file_system(), manifest, BufferPool::create(), 1);
+  SampleReader reader(local_file_system(), manifest, BufferPool::create(), {1});
   for (int round = 0; round < 3; ++round) {
     for (uint32_t s = 0; s < names.size(); ++s) {
       const auto want = fx.samples(names[s]);
@@ -122,7 +123,7 @@ TEST(SampleReader, ItemsKeepTheirBytesAfterTheReaderIsGone) {
     std::vector<Item> items;
     {
       auto pool = BufferPool::create();
-      SampleReader reader(local_file_system(), manifest, pool, 64, map_threshold);
+      SampleReader reader(local_file_system(), manifest, pool, {64, map_threshold});
       ASSERT_TRUE(reader.read(0, 0, want.size(), 0, &items).is_ok());
     }
     std::vector<Item> moved = std::move(items);
@@ -163,18 +164,39 @@ TEST(SampleReader, ShardChangedSinceItsManifestIsCorrupt) {
     // The message names the commands that fix it.
     EXPECT_NE(st.message().find("shardyard manifest build"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("--no-cache"), std::string::npos) << st.message();
+    // Another file is not a truncated one: the message says what changed.
+    EXPECT_NE(st.message().find("changed since its manifest was built"), std::string::npos)
+        << st.message();
+    EXPECT_EQ(st.message().find("truncated"), std::string::npos) << st.message();
+  }
+  // The same bytes with another modification time: changed too (nothing says the bytes
+  // are the same without reading them all).
+  std::filesystem::copy_file(fx.path("py_ustar.tar"), path,
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::last_write_time(
+      path, std::filesystem::last_write_time(path) + std::chrono::seconds(5));
+  {
+    auto fresh = manifest_of({path});
+    std::filesystem::last_write_time(
+        path, std::filesystem::last_write_time(path) + std::chrono::seconds(5));
+    SampleReader reader(local_file_system(), fresh, BufferPool::create());
+    std::vector<Item> items;
+    Status st = reader.read(0, 0, 1, 0, &items);
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+    EXPECT_NE(st.message().find("modification time"), std::string::npos) << st.message();
   }
   // The same archive cut short.
   const std::string bytes = test::read_file(fx.path("py_ustar.tar"));
   test::write_file(path, bytes.substr(0, bytes.size() / 2));
   for (size_t map_threshold : kMapThresholds) {
-    SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, map_threshold);
+    SampleReader reader(local_file_system(), manifest, BufferPool::create(), {64, map_threshold});
     std::vector<Item> items;
     Status st = reader.read(0, n - 1, n, 0, &items);
     ASSERT_FALSE(st.is_ok());
     EXPECT_EQ(st.code(), StatusCode::kCorrupt);
     EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("changed since"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find("truncated"), std::string::npos) << st.message();
   }
   // Gone.
   std::filesystem::remove(path);
@@ -198,7 +220,7 @@ TEST(SampleReaderDeathTest, ShardCutShortWhileOpenIsCorruptNotACrash) {
   const uint64_t n = manifest->sources[0].samples.size();
   EXPECT_EXIT(
       {
-        SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, 0);
+        SampleReader reader(local_file_system(), manifest, BufferPool::create(), {64, 0});
         std::vector<Item> items;
         if (!reader.read(0, 0, 1, 0, &items).is_ok()) std::_Exit(2);  // opens the file
         std::filesystem::resize_file(path, 4096);
@@ -234,6 +256,42 @@ TEST(SampleReader, ReadsSamplesOfALooseFileDirectory) {
   EXPECT_EQ(items[2].fields[0].name, "input.bin");
   EXPECT_EQ(items[2].fields[0].view(), "xyz");
   EXPECT_EQ(items[2].fields[1].name, "json");
+}
+
+// A sample over the bound fails with its key, in a plain and in a gzip-compressed shard
+// (where it would otherwise be inflated into a buffer of its size), before it is read;
+// samples under the bound still read.
+TEST(SampleReader, SampleOverTheBoundFailsWithItsKey) {
+  TempDir dir;
+  const std::string tar = test::tar_member("small.bin", std::string(1000, 's')) +
+                          test::tar_member("huge.bin", std::string(3 << 20, '\0')) +
+                          test::tar_member("after.bin", "a") + test::tar_end();
+  test::write_file(dir.file("plain.tar"), tar);
+  test::write_file(dir.file("packed.tar"), tar);
+  ASSERT_EQ(test::run_command("gzip -n " + dir.file("packed.tar")), 0);
+  for (const std::string name : {"plain.tar", "packed.tar.gz"}) {
+    const std::string path = dir.file(name);
+    auto manifest = manifest_of({path});
+    ASSERT_EQ(manifest->sources[0].samples.size(), 3u) << name;
+    Status whole = check_sample_bytes(*manifest, 1 << 20);
+    EXPECT_EQ(whole.code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(whole.message().find("sample 'huge'"), std::string::npos) << whole.message();
+    EXPECT_NE(whole.message().find(path), std::string::npos) << whole.message();
+    EXPECT_TRUE(check_sample_bytes(*manifest, 4 << 20).is_ok()) << name;
+
+    SampleReader reader(local_file_system(), manifest, BufferPool::create(),
+                        {64, 256u << 10, 1 << 20});
+    std::vector<Item> items;
+    Status st = reader.read(0, 0, 3, 0, &items);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(st.message().find("sample 'huge'"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--max-sample-bytes"), std::string::npos) << st.message();
+    items.clear();
+    ASSERT_TRUE(reader.read(0, 0, 1, 0, &items).is_ok()) << name;
+    ASSERT_TRUE(reader.read(0, 2, 3, 2, &items).is_ok()) << name;
+    ASSERT_EQ(items.size(), 2u);
+    EXPECT_EQ(items[1].field("bin")->view(), "a");
+  }
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ TEST(SampleReaderWindows, ReadsEveryWindowByteForByteInOneRunAndInPieces) {
                            spec_of(10, 4, 3, true), spec_of(1, 1, 0, true)}) {
     auto m = manifest_of(d, spec);
     for (size_t threshold : kMapThresholds) {
-      SampleReader reader(local_file_system(), m, BufferPool::create(), 64, threshold);
+      SampleReader reader(local_file_system(), m, BufferPool::create(), {64, threshold});
       uint64_t id = 0;
       for (uint32_t f = 0; f < m->sources.size(); ++f) {
         const uint64_t n = m->source_items(f);
@@ -130,7 +130,7 @@ TEST(SampleReaderWindows, WindowsOfARunAreViewsIntoOneSharedBuffer) {
   const auto spec = spec_of(6, 2, 1, true);
   auto m = manifest_of(d, spec);
   for (size_t threshold : kMapThresholds) {
-    SampleReader reader(local_file_system(), m, BufferPool::create(), 64, threshold);
+    SampleReader reader(local_file_system(), m, BufferPool::create(), {64, threshold});
     std::vector<Item> items;
     const uint64_t n = m->source_items(0);
     ASSERT_TRUE(reader.read(0, 0, n, 0, &items).is_ok());

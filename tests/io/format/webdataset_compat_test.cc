@@ -51,7 +51,9 @@ std::vector<std::string> shardyard_lines(const std::string& path, size_t map_thr
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   if (!m.is_ok()) return {};
   auto manifest = std::make_shared<const Manifest>(*m);
-  SampleReader reader(local_file_system(), manifest, BufferPool::create(), 64, map_threshold);
+  SampleReaderOptions options;
+  options.map_threshold_bytes = map_threshold;
+  SampleReader reader(local_file_system(), manifest, BufferPool::create(), options);
   std::vector<Item> items;
   Status st = reader.read(0, 0, manifest->num_samples(), 0, &items);
   EXPECT_TRUE(st.is_ok()) << st.to_string();

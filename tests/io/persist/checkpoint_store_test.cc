@@ -191,6 +191,38 @@ TEST_F(CheckpointStoreTest, CommitRemovesOtherGenerationsAndStaleTemporaries) {
   expect_cut(load_checkpoint(dir_), 2, 4);
 }
 
+// What an aborted save (a rank could not write) or a killed one left: the next save removes
+// it below its own generation; the committed checkpoint stays whole.
+TEST_F(CheckpointStoreTest, RemoveUncommittedCleansAbortedSavesAndKeepsTheCommittedCut) {
+  save(dir_, 3, 4);
+  save(dir_, 4, 5, /*commit=*/false);  // aborted: rank files that no CHECKPOINT names
+  put("rank-00001.g000004.ckpt.tmp.4242.0", "half written");
+  put("rank-00000.g000003.ckpt.tmp.4242.1", "half written");
+  put(std::string(kCheckpointManifestName) + ".tmp.4242.2", "half written");
+  put("rank-00000.g000006.ckpt.tmp.4242.3", "being written by the save of generation 6");
+  put("README.txt", "not ours");
+  remove_uncommitted(dir_, 6);  // the save of generation 6 starts
+  EXPECT_EQ(list(dir_),
+            (std::set<std::string>{kCheckpointManifestName, "rank-00000.g000003.ckpt",
+                                   "rank-00001.g000003.ckpt", "rank-00000.g000006.ckpt.tmp.4242.3",
+                                   "README.txt"}));
+  expect_cut(load_checkpoint(dir_), 3, 4);
+  remove_uncommitted(dir_, UINT64_MAX);
+  EXPECT_EQ(list(dir_), (std::set<std::string>{kCheckpointManifestName, "rank-00000.g000003.ckpt",
+                                               "rank-00001.g000003.ckpt", "README.txt"}));
+  expect_cut(load_checkpoint(dir_), 3, 4);
+}
+
+TEST_F(CheckpointStoreTest, RemoveUncommittedLeavesADirectoryItCannotJudge) {
+  save(dir_, 2, 4);
+  save(dir_, 3, 5, /*commit=*/false);
+  put(kCheckpointManifestName, "not a checkpoint manifest (or one of a newer format)");
+  const auto before = list(dir_);
+  remove_uncommitted(dir_, UINT64_MAX);
+  EXPECT_EQ(list(dir_), before);
+  remove_uncommitted(dir_ + "/missing", UINT64_MAX);  // no directory: nothing to do
+}
+
 TEST_F(CheckpointStoreTest, LoadRoundTripsACommittedCut) {
   const CheckpointManifest m = save(dir_, 1, 6);
   auto ck = load_checkpoint(dir_);

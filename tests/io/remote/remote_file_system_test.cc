@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 namespace shardyard::io {
 namespace {
@@ -170,6 +171,74 @@ TEST(HttpFileSystem, RetriesRunOutWithAClearError) {
   auto refused = fs->stat("http://127.0.0.1:1/x.tar");  // nothing listens on port 1
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+}
+
+// A server that sends a byte a second, and one that sends part of a body and then nothing
+// on an open connection: every attempt makes progress, so only the deadline ends the read.
+TEST(HttpFileSystem, ATricklingOrStalledServerEndsAtTheDeadline) {
+  REQUIRE_SERVERS();
+  auto o = fast_options();
+  o.http.low_speed_time_s = 1;
+  o.http.deadline_s = 3;
+  auto fs = http_file_system(o);
+  for (const std::string fault : {"slow:1", "hang:5000"}) {
+    auto f = fs->open(env("SY_TEST_PROXY_URL") + "/_f/" + fault + "/remote/blob.bin");
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    std::string buf(1 << 20, '\0');
+    auto r = (*f)->read_at(0, buf.data(), buf.size());
+    ASSERT_FALSE(r.is_ok()) << fault;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << fault;
+    EXPECT_NE(r.status().message().find("within 3 s (SHARDYARD_HTTP_DEADLINE_S"), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("/remote/blob.bin"), std::string::npos);
+    // The object is given up for this open file: the next read does not wait again.
+    auto again = (*f)->read_at(4096, buf.data(), 4096);
+    EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
+  }
+}
+
+// A server that answers every ranged GET with the whole object: the object is fetched once,
+// whole, and every range is served from that one download.
+TEST(HttpFileSystem, AnObjectWhoseServerIgnoresRangeIsReadOnce) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  const std::string path = "/_f/norange/remote/blob.bin";
+  auto f = fs->open(env("SY_TEST_PROXY_URL") + path);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  expect_blob(**f, 0, 1000);
+  expect_blob(**f, 2 << 20, 300000);
+  expect_blob(**f, 100, 5000);  // backwards: still no new request
+  expect_blob(**f, kBlobSize - 10, 100);
+  // A second open of the object reads the same download.
+  auto g = fs->open(env("SY_TEST_PROXY_URL") + path);
+  ASSERT_TRUE(g.is_ok());
+  expect_blob(**g, 1 << 20, 70000);
+  auto log = proxy_log(path);
+  int gets = 0;
+  for (const auto& l : log) gets += l.rfind("GET", 0) == 0;
+  EXPECT_EQ(gets, 2) << "the first ranged GET, dropped at its 200, then one whole download";
+}
+
+// After cancel_transfers() (a command stopping on a signal) no request starts or goes on.
+TEST(HttpFileSystemDeathTest, CancelledTransfersEndAtOnce) {
+  REQUIRE_SERVERS();
+  EXPECT_EXIT(
+      {
+        auto fs = http_file_system(fast_options());
+        auto f = fs->open(env("SY_TEST_PROXY_URL") + "/_f/hang:5000/remote/blob.bin");
+        if (!f.is_ok()) std::_Exit(2);
+        std::thread stop([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          cancel_transfers();
+        });
+        std::string buf(1 << 20, '\0');
+        auto r = (*f)->read_at(0, buf.data(), buf.size());
+        stop.join();
+        if (r.status().code() != StatusCode::kCancelled) std::_Exit(3);
+        auto later = fs->stat(env("SY_TEST_HTTP_URL") + "/remote/blob.bin");
+        std::_Exit(later.status().code() == StatusCode::kCancelled ? 0 : 4);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(HttpFileSystem, CannotListAFolder) {
