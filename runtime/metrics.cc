@@ -154,7 +154,8 @@ void MetricsRegistry::add_collector(Collector collector) {
 
 MetricsSnapshot MetricsRegistry::collect() const {
   MetricsSnapshot out;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Collector> collectors;
+  std::unique_lock<std::mutex> lock(mu_);
   for (const auto& e : entries_) {
     MetricPoint p;
     if (e.histogram) {
@@ -167,7 +168,11 @@ MetricsSnapshot MetricsRegistry::collect() const {
     }
     out.family(e.name, e.help, e.type).points.back().labels = e.labels;
   }
-  for (const auto& c : collectors_) c(&out);
+  // Collectors run without the lock: one may take locks of its own that are held while a
+  // metric is registered (a StatusBoard making a role), and a collector may register.
+  collectors = collectors_;
+  lock.unlock();
+  for (const auto& c : collectors) c(&out);
   for (auto& f : out.families)
     for (auto& p : f.points)
       for (const auto& label : constant_)

@@ -119,7 +119,8 @@ class MetricsRegistry {
                        MetricLabels labels = {});
 
   // Runs at every collect(), after the registered metrics are copied, on the collecting
-  // thread; it adds points with MetricsSnapshot::family(). It must not block.
+  // thread and without the registry's lock; it adds points with MetricsSnapshot::family().
+  // It must not block.
   using Collector = std::function<void(MetricsSnapshot*)>;
   void add_collector(Collector collector);
 
