@@ -28,6 +28,11 @@ MetricFamily family(std::string name, std::string help, MetricType type) {
   return MetricFamily{std::move(name), std::move(help), type, {}, {}};
 }
 
+// A counter's or a gauge's point.
+MetricPoint point(MetricLabels labels, double value) {
+  return MetricPoint{std::move(labels), value, {}, 0, 0};
+}
+
 QueueStatus read_queue(const QueueRef& q) {
   QueueStatus s{q.name, 0, q.capacity, 0};
   if (auto c = q.channel.lock()) {
@@ -243,13 +248,13 @@ void StatusBoard::collect_metrics(MetricsSnapshot* out) const {
     MetricLabels labels{{"role", r->role()}, {"rank", std::to_string(r->rank())}};
     if (r->role() == "worker") labels.emplace_back("worker", std::to_string(r->worker()));
     if (r->role() != "checkpoint") {
-      items.points.push_back(MetricPoint{labels, static_cast<double>(r->items()), {}, 0, 0});
-      bytes.points.push_back(MetricPoint{labels, static_cast<double>(r->bytes()), {}, 0, 0});
+      items.points.push_back(point(labels, static_cast<double>(r->items())));
+      bytes.points.push_back(point(labels, static_cast<double>(r->bytes())));
     }
     for (bool input : {true, false}) {
       MetricLabels l = labels;
       l.emplace_back("direction", input ? "input" : "output");
-      waits.points.push_back(MetricPoint{l, r->waited_s(input), {}, 0, 0});
+      waits.points.push_back(point(l, r->waited_s(input)));
     }
   }
   MetricFamily depth = family("shardyard_queue_depth",
@@ -277,26 +282,25 @@ void StatusBoard::collect_metrics(MetricsSnapshot* out) const {
     s.queues.push_back(b->batch_queue());
     for (const auto& q : s.queues) {
       MetricLabels l{{"rank", rank}, {"queue", queue_label(q.name)}};
-      depth.points.push_back(MetricPoint{l, static_cast<double>(q.depth), {}, 0, 0});
-      capacity.points.push_back(MetricPoint{l, static_cast<double>(q.capacity), {}, 0, 0});
+      depth.points.push_back(point(l, static_cast<double>(q.depth)));
+      capacity.points.push_back(point(l, static_cast<double>(q.capacity)));
       if (q.name != "batches" && q.capacity > 0)
-        held.points.push_back(MetricPoint{l, static_cast<double>(q.bytes), {}, 0, 0});
+        held.points.push_back(point(l, static_cast<double>(q.bytes)));
     }
-    epoch.points.push_back(MetricPoint{{{"rank", rank}}, double(s.epoch), {}, 0, 0});
-    step.points.push_back(MetricPoint{{{"rank", rank}}, double(s.step), {}, 0, 0});
-    steps.points.push_back(MetricPoint{{{"rank", rank}}, double(s.steps), {}, 0, 0});
+    epoch.points.push_back(point({{"rank", rank}}, double(s.epoch)));
+    step.points.push_back(point({{"rank", rank}}, double(s.step)));
+    steps.points.push_back(point({{"rank", rank}}, double(s.steps)));
     uint64_t n[3] = {0, 0, 0};  // done, partial, unseen
     for (size_t k = 0; k < s.shards.size(); ++k)
       ++n[s.consumed[k] >= s.take[k] ? 0 : s.consumed[k] == 0 ? 2 : 1];
     const char* names[3] = {"done", "partial", "unseen"};
     for (int i = 0; i < 3; ++i)
-      shards.points.push_back(
-          MetricPoint{{{"rank", rank}, {"state", names[i]}}, double(n[i]), {}, 0, 0});
+      shards.points.push_back(point({{"rank", rank}, {"state", names[i]}}, double(n[i])));
   }
   MetricFamily retries =
       family("shardyard_remote_read_retries_total",
              "Retries of HTTP(S) and S3 requests in this process.", MetricType::kCounter);
-  retries.points.push_back(MetricPoint{{}, double(io::remote_read_retries()), {}, 0, 0});
+  retries.points.push_back(point({}, double(io::remote_read_retries())));
   for (auto* f :
        {&items, &bytes, &waits, &depth, &capacity, &held, &epoch, &step, &steps, &shards, &retries})
     out->families.push_back(std::move(*f));
