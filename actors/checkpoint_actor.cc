@@ -5,12 +5,8 @@
 // once the coordinator has committed CHECKPOINT for every rank. Restore: read the files,
 // offer their bytes to the coordinator, pass its grant to the rank's dispatcher, and
 // answer the loader with the grant. docs/protocol.md has the sequence.
-#include <chrono>
-#include <cstdlib>
-#include <thread>
-
-#include "actors/state/coordinator_state.h"
 #include "actors/roles.h"
+#include "actors/state/coordinator_state.h"
 #include "actors/state/status_board.h"
 #include "io/persist/checkpoint_store.h"
 #include "runtime/checkpoint.h"
@@ -43,16 +39,6 @@ struct CheckpointActorState {
   }
 };
 
-// Fault injection for tests: SHARDYARD_FAULT_CHECKPOINT_DELAY_MS holds a save between a
-// rank's durable file and the commit, so a test can kill the process inside a save.
-void fault_delay() {
-  static const long ms = [] {
-    const char* v = std::getenv("SHARDYARD_FAULT_CHECKPOINT_DELAY_MS");
-    return v ? std::strtol(v, nullptr, 10) : 0L;
-  }();
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
 RankCheckpoint rank_checkpoint(const SaveRequest& req, uint32_t rank, uint64_t generation,
                                uint64_t fingerprint) {
   RankCheckpoint c;
@@ -75,6 +61,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
     checkpoint_actor::stateful_pointer<CheckpointActorState> self,
     std::shared_ptr<const JobData> job, uint32_t rank, coordinator_actor coordinator,
     dispatcher_actor dispatcher) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   self->state.dispatcher = dispatcher;
@@ -83,33 +70,41 @@ checkpoint_actor::behavior_type checkpoint_fn(
     self->state.board = &job->status->rank(rank);
   }
   const uint64_t fingerprint = job->manifest->fingerprint;
+  const std::chrono::milliseconds barrier{job->checkpoint_timeout_ms};
+  const std::string coordinator_name = "the coordinator";
   return {
       [=](const SaveRequest& req) -> caf::typed_response_promise<SaveDone> {
+        const ActorTurn turn(req);
         auto rp = self->make_response_promise<SaveDone>();
         if (req.shards.size() != req.take.size() || req.shards.size() != req.consumed.size()) {
           rp.deliver(to_error(invalid_argument("malformed save request")));
           return rp;
         }
-        auto proposed = io::next_generation(req.dir);
+        // The directory first: a file system that cannot write (HTTP, S3) refuses here, with
+        // the directory's name, before anything is read or asked of the coordinator.
+        if (Status st = job->fs->create_dir(req.dir); !st.is_ok()) {
+          rp.deliver(to_error(st));
+          return rp;
+        }
+        auto proposed = io::next_generation(*job->fs, req.dir);
         if (!proposed.is_ok()) {
           rp.deliver(to_error(proposed.status()));
           return rp;
         }
         self->state.set("saving", RoleState::kSaving);
         CheckpointBegin begin{rank, req.dir, req.epoch, req.step, *proposed};
-        self->request(self->state.coordinator, caf::infinite, begin)
+        self->request(self->state.coordinator, kReplyTimeout, begin)
             .then(
                 [=](const CheckpointGeneration& g) mutable {
+                  const ActorTurn turn(g);
                   // What aborted saves and crashes left below this generation goes first.
-                  io::remove_uncommitted(req.dir, g.generation);
-                  auto t0 = std::chrono::steady_clock::now();
+                  io::remove_uncommitted(*job->fs, req.dir, g.generation);
+                  const int64_t t0 = job->clock->steady_ns();
                   const std::string name = io::rank_file_name(rank, g.generation);
                   const std::string bytes =
                       encode_rank_checkpoint(rank_checkpoint(req, rank, g.generation, fingerprint));
-                  Status st = io::write_checkpoint_file(req.dir, name, bytes);
-                  self->state.last_write_ms = std::chrono::duration<double, std::milli>(
-                                                  std::chrono::steady_clock::now() - t0)
-                                                  .count();
+                  Status st = io::write_checkpoint_file(*job->fs, req.dir, name, bytes);
+                  self->state.last_write_ms = (job->clock->steady_ns() - t0) / 1e6;
                   if (!st.is_ok()) {
                     // The other ranks must not wait for this file: the coordinator aborts
                     // the cut for all of them.
@@ -120,14 +115,15 @@ checkpoint_actor::behavior_type checkpoint_fn(
                         checkpoint_aborted(req.dir, req.epoch, req.step, rank, st.message())));
                     return;
                   }
-                  fault_delay();
                   RankSaved saved{rank,     req.dir,      g.generation,        req.epoch,
                                   req.step, req.steps,    req.layout_step0,    req.epoch_complete,
                                   name,     bytes.size(), file_checksum(bytes)};
                   const uint64_t size = bytes.size();
-                  self->request(self->state.coordinator, caf::infinite, saved)
+                  // The barrier: the reply comes once every rank saved this cut.
+                  self->request(self->state.coordinator, barrier, saved)
                       .then(
                           [=](const CheckpointCommitted& c) mutable {
+                            const ActorTurn turn(c);
                             self->state.generation = c.generation;
                             self->state.bytes = size;
                             ++self->state.saves;
@@ -143,46 +139,61 @@ checkpoint_actor::behavior_type checkpoint_fn(
                             rp.deliver(SaveDone{c.generation, size});
                           },
                           [=](const caf::error& err) mutable {
+                            const ActorTurn turn;
                             self->state.set("failed", RoleState::kFailed);
-                            rp.deliver(err);
+                            rp.deliver(to_error(
+                                request_failed(err, coordinator_name, "RankSaved", barrier)));
                           });
                 },
                 [=](const caf::error& err) mutable {
+                  const ActorTurn turn;
                   self->state.set("failed", RoleState::kFailed);
-                  rp.deliver(err);
+                  rp.deliver(to_error(
+                      request_failed(err, coordinator_name, "CheckpointBegin", kReplyTimeout)));
                 });
         return rp;
       },
       [=](const RestoreRequest& req) -> caf::typed_response_promise<ResumeGrant> {
+        const ActorTurn turn(req);
         auto rp = self->make_response_promise<ResumeGrant>();
-        auto files = io::read_checkpoint_files(req.dir);
+        auto files = io::read_checkpoint_files(*job->fs, req.dir);
         if (!files.is_ok()) {
           rp.deliver(to_error(files.status()));
           return rp;
         }
         self->state.set("restoring", RoleState::kRestoring);
         ResumeOffer offer{rank, req.dir, std::move(files->manifest), std::move(files->rank_files)};
-        self->request(self->state.coordinator, caf::infinite, std::move(offer))
+        self->request(self->state.coordinator, kReplyTimeout, std::move(offer))
             .then(
                 [=](const ResumeGrant& grant) mutable {
-                  self->request(self->state.dispatcher, caf::infinite, grant)
+                  const ActorTurn turn(grant);
+                  self->request(self->state.dispatcher, kReplyTimeout, grant)
                       .then(
-                          [=](const ResumeAck&) mutable {
+                          [=](const ResumeAck& msg) mutable {
+                            const ActorTurn turn(msg);
                             self->state.generation = grant.generation;
                             self->state.set("idle", RoleState::kIdle);
                             if (auto* b = self->state.board)
                               b->checkpoint_restored(grant.generation);
                             rp.deliver(grant);
                           },
-                          [=](const caf::error& err) mutable { rp.deliver(err); });
+                          [=](const caf::error& err) mutable {
+                            const ActorTurn turn;
+                            rp.deliver(to_error(request_failed(
+                                err, "the dispatcher of rank " + std::to_string(rank),
+                                "ResumeGrant", kReplyTimeout)));
+                          });
                 },
                 [=](const caf::error& err) mutable {
+                  const ActorTurn turn;
                   self->state.set("failed", RoleState::kFailed);
-                  rp.deliver(err);
+                  rp.deliver(to_error(
+                      request_failed(err, coordinator_name, "ResumeOffer", kReplyTimeout)));
                 });
         return rp;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         if (st.stats) return job->status->snapshot(*st.stats);
         ActorSnapshot s;
@@ -194,7 +205,8 @@ checkpoint_actor::behavior_type checkpoint_fn(
         s.detail = st.detail();
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         self->state.set("stopped", RoleState::kStopped);
         self->state.coordinator = nullptr;
         self->state.dispatcher = nullptr;

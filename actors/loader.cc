@@ -1,7 +1,6 @@
 #include "actors/loader.h"
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -14,10 +13,12 @@
 #include "actors/state/job.h"
 #include "actors/state/merger.h"
 #include "actors/state/status_board.h"
+#include "io/format/manifest_scan.h"
 #include "io/format/record_scan.h"
+#include "io/format/sample_reader.h"
 #include "io/fs/mapping_guard.h"
-#include "io/remote/remote_file_system.h"
 #include "runtime/metrics_text.h"
+#include "runtime/mutex.h"
 
 namespace shardyard {
 
@@ -88,23 +89,48 @@ struct RankRoles {
   dispatcher_actor dispatcher;
   checkpoint_actor checkpoint;
   std::vector<worker_actor> workers;
-  bool loader_open = false;                          // guarded by Impl::mu
-  std::vector<std::weak_ptr<io::Channel>> channels;  // of the open epoch; guarded by Impl::mu
-  std::weak_ptr<io::Route> route;                    // of the open epoch; guarded by Impl::mu
+  bool loader_open = false;
+  std::vector<std::weak_ptr<io::Channel>> channels;  // of the open epoch
+  std::weak_ptr<io::Route> route;                    // of the open epoch
+};
+
+// The actor system and the configuration it refers to. Shared by the calls that use it, so
+// that shutdown() on one thread never destroys it under another thread's request: the last
+// one to let go of it waits for the actors to finish.
+struct ActorSystem {
+  explicit ActorSystem(std::unique_ptr<caf::actor_system_config> c)
+      : cfg(std::move(c)), sys(*cfg) {}
+  std::unique_ptr<caf::actor_system_config> cfg;
+  caf::actor_system sys;
 };
 
 struct Cluster::Impl {
+  // Set by start(), then read-only.
   LoaderOptions options;
-  io::ScanReport report;
+  ScanReport report;
   std::shared_ptr<const JobData> job;
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  coordinator_actor coordinator;
-  std::map<uint32_t, RankRoles> ranks;
   std::unique_ptr<DeviceFeed> device;  // null: batches stay in host memory
+  // The monitor of this process's ranks (made by start(), never reset: its endpoints stop
+  // with shutdown(), and it answers nothing after that).
   std::unique_ptr<JobMonitor> monitor;
-  std::mutex mu;  // guards ranks[*].loader_open and ranks[*].channels
-  bool stopped = false;
+
+  Mutex mu;
+  std::shared_ptr<ActorSystem> system SY_GUARDED_BY(mu);  // null once shut down
+  coordinator_actor coordinator SY_GUARDED_BY(mu);
+  std::map<uint32_t, RankRoles> ranks SY_GUARDED_BY(mu);
+  bool stopped SY_GUARDED_BY(mu) = false;
+
+  // The actor system, or kCancelled after shutdown().
+  Result<std::shared_ptr<ActorSystem>> running() SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    if (stopped || !system) return cancelled("the cluster was shut down");
+    return system;
+  }
+  // A copy of a hosted rank's handles.
+  RankRoles roles_of(uint32_t rank) SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    return ranks.at(rank);
+  }
 };
 
 Cluster::Cluster() : impl_(std::make_unique<Impl>()) {}
@@ -112,7 +138,7 @@ Cluster::Cluster() : impl_(std::make_unique<Impl>()) {}
 Cluster::~Cluster() { (void)shutdown(); }
 
 const Manifest& Cluster::manifest() const { return *impl_->job->manifest; }
-const io::ScanReport& Cluster::scan_report() const { return impl_->report; }
+const ScanReport& Cluster::scan_report() const { return impl_->report; }
 const LoaderOptions& Cluster::options() const { return impl_->options; }
 uint32_t Cluster::logical_shards() const { return impl_->job->shards.count(); }
 
@@ -134,7 +160,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   scan.threads = options.scan_threads;
   scan.cache_dir = options.cache_dir.empty() ? io::default_cache_dir() : options.cache_dir;
   scan.cache_mode = options.use_manifest_cache ? io::CacheMode::kUse : io::CacheMode::kBypass;
-  auto& fs = options.file_system ? *options.file_system : io::default_file_system();
+  Env* env = options.env ? options.env : Env::Default();
+  auto& fs = *env->file_system();
   Manifest manifest;
   if (options.windows.enabled()) {
     // Stat calls only, never cached: cheaper than reading a cache (io/format/record_scan.h).
@@ -143,39 +170,55 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   } else {
     SY_ASSIGN_OR_RETURN(manifest, io::build_manifest(fs, options.sources, scan, &d.report));
   }
-  SY_ASSIGN_OR_RETURN(auto job,
-                      make_job(std::make_shared<const Manifest>(std::move(manifest)), options.plan,
-                               options.pipeline, Topology{options.world_size, options.workers},
-                               options.batch_size, &fs, options.dispatch, options.prefetch_shards));
-  job->exact_order = options.order == Order::kExact;
-  job->route_key_field = options.route_key_field;
-  job->reader.max_sample_bytes = options.max_sample_bytes;
+  JobOptions jo;
+  jo.manifest = std::make_shared<const Manifest>(std::move(manifest));
+  jo.plan = options.plan;
+  jo.pipeline = options.pipeline;
+  jo.topology = Topology{options.world_size, options.workers};
+  jo.batch_size = options.batch_size;
+  jo.exact_order = options.order == Order::kExact;
+  jo.dispatch = options.dispatch;
+  jo.prefetch_shards = options.prefetch_shards;
+  jo.route_key_field = options.route_key_field;
+  jo.status = std::make_shared<StatusBoard>();
+  jo.checkpoint_timeout_ms = options.checkpoint_timeout_ms;
+  jo.max_sample_bytes = options.max_sample_bytes;
+  jo.fs = &fs;
+  jo.clock = env->clock();
+  jo.data_plane = env->new_data_plane();
+  SY_ASSIGN_OR_RETURN(d.job, make_job(std::move(jo)));
+  const auto& job = d.job;
   SY_RETURN_IF_ERROR(io::check_sample_bytes(*job->manifest, options.max_sample_bytes));
-  job->status = std::make_shared<StatusBoard>();
-  d.job = job;
   if (d.device)
     d.device->size_pools(
         (job->manifest->payload_bytes() / job->index.num_items() + 1024) * options.batch_size,
         ranks.size(), options);
 
-  register_protocol(d.cfg);
-  // Workers are detached (own threads); the event-based roles handle a few messages per
-  // epoch, so they get two scheduler threads that block when idle ("sharing") instead of
-  // the work-stealing threads that poll every 50 us and took a tenth of the CPU of a run.
-  d.cfg.set("scheduler.max-threads", 2);
-  d.cfg.set("scheduler.policy", caf::atom("sharing"));
-  d.cfg.set("logger.verbosity", caf::atom("quiet"));
-  d.sys = std::make_unique<caf::actor_system>(d.cfg);
-  d.coordinator = spawn_coordinator(*d.sys, job->info());
+  // The Env's configuration (actors/system_config.h by default); the messages are registered
+  // whatever it is (registering twice changes nothing).
+  auto cfg = env->new_actor_system_config();
+  if (!cfg) return invalid_argument("the Env made no actor system configuration");
+  register_protocol(*cfg);
+  auto system = std::make_shared<ActorSystem>(std::move(cfg));
+  caf::actor_system& sys = system->sys;
+  auto coordinator = spawn_coordinator(sys, job->info(), *job->fs, *job->clock);
+  {
+    MutexLock lock(&d.mu);
+    d.system = system;
+    d.coordinator = coordinator;
+  }
 
-  caf::scoped_actor self{*d.sys};
+  caf::scoped_actor self{sys};
   for (auto r : ranks) {
     RankRoles roles;
     // Join first: the coordinator checks this rank against the job before it gets workers.
     Status joined;
-    self->request(d.coordinator, std::chrono::seconds(30),
+    self->request(coordinator, kJoinTimeout,
                   JoinRequest{r, options.workers, job->manifest->fingerprint})
-        .receive([&](const JobInfo&) {}, [&](const caf::error& err) { joined = from_error(err); });
+        .receive([&](const JobInfo& msg) { received(msg); },
+                 [&](const caf::error& err) {
+                   joined = request_failed(err, "the coordinator", "JoinRequest", kJoinTimeout);
+                 });
     SY_RETURN_IF_ERROR(joined);
     // Every actor of the rank is on the monitor's board from the start.
     job->status->rank(r);
@@ -183,14 +226,15 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     for (uint32_t w = 0; w < options.workers; ++w) job->status->role("worker", r, w);
     job->status->role("loader", r);
     job->status->role("checkpoint", r);
-    roles.loader = spawn_loader_actor(*d.sys, r, d.coordinator);
+    roles.loader = spawn_loader_actor(sys, r, coordinator);
     for (uint32_t w = 0; w < options.workers; ++w)
-      roles.workers.push_back(spawn_worker(*d.sys, job, r, w));
-    roles.dispatcher = spawn_dispatcher(*d.sys, job, r, d.coordinator, roles.workers, roles.loader);
-    roles.checkpoint = spawn_checkpoint_actor(*d.sys, job, r, d.coordinator, roles.dispatcher);
+      roles.workers.push_back(spawn_worker(sys, job, r, w));
+    roles.dispatcher = spawn_dispatcher(sys, job, r, coordinator, roles.workers, roles.loader);
+    roles.checkpoint = spawn_checkpoint_actor(sys, job, r, coordinator, roles.dispatcher);
+    MutexLock lock(&d.mu);
     d.ranks[r] = std::move(roles);
   }
-  d.monitor = std::make_unique<JobMonitor>(*d.sys, d.coordinator, job);
+  d.monitor = std::make_unique<JobMonitor>(sys, coordinator, job);
   if (options.metrics_port >= 0)
     SY_RETURN_IF_ERROR(
         d.monitor->serve(options.metrics_address, static_cast<uint16_t>(options.metrics_port)));
@@ -198,7 +242,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
 }
 
 Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   auto it = impl_->ranks.find(rank);
   if (impl_->stopped) return cancelled("the cluster was shut down");
   if (it == impl_->ranks.end())
@@ -212,7 +256,8 @@ Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
 std::vector<RoleSnapshot> Cluster::snapshot() {
   std::vector<RoleSnapshot> out;
   auto& d = *impl_;
-  if (d.stopped || !d.monitor) return out;
+  auto system = d.running();  // held: the actors stay while the status is read
+  if (!system.is_ok() || !d.monitor) return out;
   for (const auto& s : d.monitor->status().actors)
     out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items, s.bytes,
                                s.steps, s.detail, s.node, s.pid, s.items_per_s, s.queue_depth,
@@ -224,19 +269,21 @@ uint16_t Cluster::monitor_port() const { return impl_->monitor ? impl_->monitor-
 
 std::string Cluster::status_json() {
   auto& d = *impl_;
-  if (d.stopped || !d.monitor) return "{}";
+  auto system = d.running();  // held: the actors stay while the status is read
+  if (!system.is_ok() || !d.monitor) return "{}";
   return actors::status_json(d.monitor->status());
 }
 
 std::string Cluster::metrics_text() {
   auto& d = *impl_;
-  if (d.stopped || !d.monitor) return "";
+  auto system = d.running();
+  if (!system.is_ok() || !d.monitor) return "";
   return render_prometheus(d.monitor->metrics());
 }
 
 void Cluster::interrupt() {
   auto& d = *impl_;
-  std::lock_guard<std::mutex> lock(d.mu);
+  MutexLock lock(&d.mu);
   for (auto& [r, roles] : d.ranks) {
     for (auto& weak : roles.channels)
       if (auto ch = weak.lock()) ch->cancel();
@@ -246,47 +293,55 @@ void Cluster::interrupt() {
 
 Status Cluster::shutdown() {
   auto& d = *impl_;
-  if (d.stopped || !d.sys) return Status::ok();
-  d.stopped = true;
-  Status result;
   // The endpoints go first: they ask the actors, which are about to stop.
   if (d.monitor) d.monitor->stop();
-  // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
-  // open channel first, so each worker finishes its unit and can acknowledge.
-  interrupt();
+  std::shared_ptr<ActorSystem> system;
+  coordinator_actor coordinator;
+  std::map<uint32_t, RankRoles> ranks;
   {
-    caf::scoped_actor self{*d.sys};
-    auto stop = [&](auto handle, const std::string& what) {
+    // From here on every trainer call fails with kCancelled; the handles move out of the
+    // cluster, so that the actors can go once they acknowledged.
+    MutexLock lock(&d.mu);
+    if (d.stopped || !d.system) return Status::ok();
+    d.stopped = true;
+    system = std::move(d.system);
+    coordinator = std::move(d.coordinator);
+    // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
+    // open channel first, so each worker finishes its unit and can acknowledge.
+    for (auto& [r, roles] : d.ranks) {
+      for (auto& weak : roles.channels)
+        if (auto ch = weak.lock()) ch->cancel();
+      if (auto route = roles.route.lock()) route->cancel();
+      RankRoles& moved = ranks[r];
+      moved.loader = std::move(roles.loader);
+      moved.dispatcher = std::move(roles.dispatcher);
+      moved.checkpoint = std::move(roles.checkpoint);
+      moved.workers = std::move(roles.workers);
+      roles.channels.clear();
+    }
+  }
+  Status result;
+  {
+    caf::scoped_actor self{system->sys};
+    auto stop = [&](auto& handle, const std::string& what) {
       if (!handle) return;
-      self->request(handle, std::chrono::seconds(30), ShutdownRequest{"cluster shutdown"})
-          .receive([&](const ShutdownAck&) {},
+      self->request(handle, kShutdownTimeout, ShutdownRequest{"cluster shutdown"})
+          .receive([&](const ShutdownAck& msg) { received(msg); },
                    [&](const caf::error& err) {
                      if (result.is_ok())
-                       result = unavailable(
-                           what + " did not acknowledge shutdown: " + caf::to_string(err));
+                       result = request_failed(err, what, "ShutdownRequest", kShutdownTimeout);
                    });
+      handle = nullptr;
     };
-    for (auto& [r, roles] : d.ranks) {
+    for (auto& [r, roles] : ranks) {
       stop(roles.checkpoint, "checkpoint actor of rank " + std::to_string(r));
       stop(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
       for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
       stop(roles.loader, "loader of rank " + std::to_string(r));
     }
-    stop(d.coordinator, "coordinator");
+    stop(coordinator, "coordinator");
   }
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    for (auto& [r, roles] : d.ranks) {
-      roles.loader = nullptr;
-      roles.dispatcher = nullptr;
-      roles.checkpoint = nullptr;
-      roles.workers.clear();
-      roles.channels.clear();
-    }
-  }
-  d.coordinator = nullptr;
-  d.monitor.reset();
-  d.sys.reset();  // waits for every actor to finish
+  system.reset();  // waits for every actor to finish, unless a trainer call still holds it
   return result;
 }
 
@@ -303,39 +358,42 @@ struct Loader::Epoch {
   uint64_t steps = 0;
   std::unique_ptr<RankMerger> merger;
   std::vector<std::thread> collators;
-  std::mutex take_mu;  // serialises merger->take_step()
-  std::mutex mu;
-  std::condition_variable room;     // collators wait here for room to build another batch
-  std::condition_variable arrived;  // the trainer waits here for the next step's batch
+  Mutex take_mu;  // serialises merger->take_step()
+  Mutex mu;
+  CondVar room;     // collators wait here for room to build another batch
+  CondVar arrived;  // the trainer waits here for the next step's batch
   struct Ready {
     Result<std::optional<Batch>> batch;
     StepProgress progress;  // applied to `cursor` when the trainer takes the batch
   };
-  std::map<uint64_t, Ready> ready;  // by step; guarded by mu
-  size_t building = 0;              // guarded by mu
-  bool taken_all = false;           // guarded by mu
-  bool stop = false;                // guarded by mu
-  size_t depth = 2;
-  uint64_t next_step = 0;         // the number of the next batch next() returns
-  uint64_t taken_step = 0;        // the number of the next batch take() returns
+  std::map<uint64_t, Ready> ready SY_GUARDED_BY(mu);  // by step
+  size_t building SY_GUARDED_BY(mu) = 0;
+  bool taken_all SY_GUARDED_BY(mu) = false;
+  bool stop SY_GUARDED_BY(mu) = false;
+  size_t depth = 2;        // set before the collators start; then read-only
+  uint64_t next_step = 0;  // the number of the next batch next() returns
+  // The number of the next batch take() returns: the trainer's, or the prefetcher's copy
+  // thread's (only one of them takes).
+  uint64_t taken_step SY_GUARDED_BY(mu) = 0;
   BufferPool* columns = nullptr;  // pinned pool of the device; null: the job's pool
   std::unique_ptr<gpu::DevicePrefetcher> prefetcher;
-  std::map<uint64_t, StepProgress> prefetched;  // progress of batches taken by the prefetcher
+  // Progress of batches taken by the prefetcher, until next() hands them out.
+  std::map<uint64_t, StepProgress> prefetched SY_GUARDED_BY(mu);
   uint64_t delivered_items = 0;
   RankCursor cursor;  // what the trainer consumed: the checkpoint state of this rank
   bool finished = false;
   Status error;
-  std::chrono::steady_clock::time_point last_report;
-  loader_actor cursor_actor;   // this rank's loader actor: keeps the cursor
-  RankBoard* board = nullptr;  // what the monitor sees of the rank (the cluster's)
-  RoleStats* stats = nullptr;  // ... and of its loader
+  int64_t last_report_ns = INT64_MIN / 2;  // Clock::steady_ns() of the last StepReport
+  loader_actor cursor_actor;               // this rank's loader actor: keeps the cursor
+  RankBoard* board = nullptr;              // what the monitor sees of the rank (the cluster's)
+  RoleStats* stats = nullptr;              // ... and of its loader
 
   void collate() {
     std::vector<Item> items;
     for (;;) {
       {
-        std::unique_lock<std::mutex> lock(mu);
-        room.wait(lock, [&] { return stop || taken_all || ready.size() + building < depth; });
+        MutexLock lock(&mu);
+        while (!stop && !taken_all && ready.size() + building >= depth) room.wait(&mu);
         if (stop || taken_all) return;
         ++building;
       }
@@ -343,7 +401,7 @@ struct Loader::Epoch {
       Result<bool> got = false;
       StepProgress progress;
       {
-        std::lock_guard<std::mutex> take(take_mu);
+        MutexLock take(&take_mu);
         got = merger->take_step(&items, &step, &progress);
       }
       Result<std::optional<Batch>> out = std::optional<Batch>();
@@ -355,7 +413,7 @@ struct Loader::Epoch {
       }
       bool last = !got.is_ok() || !*got;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         --building;
         if (last) taken_all = true;
         ready.emplace(step, Ready{std::move(out), std::move(progress)});
@@ -373,19 +431,24 @@ struct Loader::Epoch {
 
   // The next batch in step order (from the collators, or collated here when depth is 0),
   // and what it consumed. Called by the trainer, or by the prefetcher's copy thread.
-  Result<std::optional<Batch>> take(StepProgress* progress) {
+  Result<std::optional<Batch>> take(StepProgress* progress) SY_EXCLUDES(mu) {
     if (depth == 0) {
       std::vector<Item> items;
       uint64_t step = 0;
       SY_ASSIGN_OR_RETURN(bool got, merger->take_step(&items, &step, progress));
       if (!got) return std::optional<Batch>();
-      ++taken_step;
+      {
+        MutexLock lock(&mu);
+        ++taken_step;
+      }
       return std::optional<Batch>(build(items, step));
     }
     Result<std::optional<Batch>> b = std::optional<Batch>();
     {
-      std::unique_lock<std::mutex> lock(mu);
-      arrived.wait(lock, [&] { return stop || ready.count(taken_step) > 0; });
+      MutexLock lock(&mu);
+      // A collator always hands in the next step (a batch, the end, or an error) unless the
+      // epoch is stopped.
+      while (!stop && ready.count(taken_step) == 0) arrived.wait(&mu);
       if (stop) return cancelled("the epoch was stopped");
       auto it = ready.find(taken_step);
       b = std::move(it->second.batch);
@@ -399,11 +462,11 @@ struct Loader::Epoch {
   }
 
   // The prefetcher's source: take() on its copy thread, keeping the progress for next().
-  Result<std::optional<Batch>> take_for_device() {
+  Result<std::optional<Batch>> take_for_device() SY_EXCLUDES(mu) {
     StepProgress progress;
     auto b = take(&progress);
     if (b.is_ok() && b->has_value()) {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       prefetched[(*b)->step()] = std::move(progress);
     }
     return b;
@@ -430,7 +493,7 @@ Loader::Loader(std::shared_ptr<Cluster> cluster, uint32_t rank)
 
 Loader::~Loader() {
   stop_epoch();
-  std::lock_guard<std::mutex> lock(cluster_->impl_->mu);
+  MutexLock lock(&cluster_->impl_->mu);
   auto it = cluster_->impl_->ranks.find(rank_);
   if (it != cluster_->impl_->ranks.end()) it->second.loader_open = false;
 }
@@ -450,7 +513,7 @@ void Loader::stop_epoch() {
   epoch_->stats->end_wait(false, RoleState::kIdle);
   epoch_->merger->cancel();  // unblocks workers and the collator
   {
-    std::lock_guard<std::mutex> lock(epoch_->mu);
+    MutexLock lock(&epoch_->mu);
     epoch_->stop = true;
   }
   epoch_->room.notify_all();
@@ -463,14 +526,8 @@ void Loader::stop_epoch() {
 Status Loader::start_epoch(uint32_t epoch) {
   stop_epoch();
   auto& d = *cluster_->impl_;
-  if (d.stopped) return cancelled("the cluster was shut down");
-  dispatcher_actor dispatcher;
-  loader_actor cursor_keeper;
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    dispatcher = d.ranks.at(rank_).dispatcher;
-    cursor_keeper = d.ranks.at(rank_).loader;
-  }
+  SY_ASSIGN_OR_RETURN(auto system, d.running());
+  const RankRoles roles = d.roles_of(rank_);
   const auto& job = *d.job;
   const uint32_t w_count = job.topology.workers;
   const bool exact = d.options.order == Order::kExact;
@@ -504,10 +561,17 @@ Status Loader::start_epoch(uint32_t epoch) {
 
   Result<EpochTicket> ticket = internal_error("no answer from the dispatcher");
   {
-    caf::scoped_actor self{*d.sys};
-    self->request(dispatcher, std::chrono::seconds(60), start)
-        .receive([&](EpochTicket& t) { ticket = std::move(t); },
-                 [&](const caf::error& err) { ticket = from_error(err); });
+    caf::scoped_actor self{system->sys};
+    self->request(roles.dispatcher, kEpochStartTimeout, start)
+        .receive(
+            [&](EpochTicket& t) {
+              received(t);
+              ticket = std::move(t);
+            },
+            [&](const caf::error& err) {
+              ticket = request_failed(err, "the dispatcher of rank " + std::to_string(rank_),
+                                      "EpochStart", kEpochStartTimeout);
+            });
   }
   if (!ticket.is_ok()) {
     for (auto& c : channels) c->cancel();
@@ -515,7 +579,7 @@ Status Loader::start_epoch(uint32_t epoch) {
     return ticket.status();
   }
   {
-    std::lock_guard<std::mutex> lock(d.mu);
+    MutexLock lock(&d.mu);
     auto& registered = d.ranks.at(rank_);
     registered.channels.assign(channels.begin(), channels.end());
     registered.route = route;
@@ -529,7 +593,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   auto& e = *epoch_;
   e.epoch = epoch;
   e.rank = rank_;
-  e.cursor_actor = cursor_keeper;
+  e.cursor_actor = roles.loader;
   e.board = &d.job->status->rank(rank_);
   e.stats = d.job->status->role("loader", rank_).get();  // the board keeps it
   e.stats->set_epoch(epoch);
@@ -557,7 +621,11 @@ Status Loader::start_epoch(uint32_t epoch) {
   }
   e.cursor = RankCursor(*ticket, w_count, std::move(states), std::move(dispatcher_state),
                         std::move(loader_state));
-  e.next_step = e.taken_step = ticket->first_step;
+  e.next_step = ticket->first_step;
+  {
+    MutexLock lock(&e.mu);
+    e.taken_step = ticket->first_step;
+  }
   {
     std::vector<QueueRef> queues;
     for (size_t k = 0; k < channels.size(); ++k)
@@ -605,7 +673,7 @@ Result<std::optional<Batch>> Loader::next() {
   if (e.prefetcher) {
     b = e.prefetcher->next();
     if (b.is_ok() && b->has_value()) {
-      std::lock_guard<std::mutex> lock(e.mu);
+      MutexLock lock(&e.mu);
       auto it = e.prefetched.find((*b)->step());
       if (it != e.prefetched.end()) {
         progress = std::move(it->second);
@@ -647,9 +715,9 @@ Result<std::optional<Batch>> Loader::next() {
   // The loader actor keeps the cursor for the monitor. A message per batch would wake an
   // actor thousands of times a second, so report at most every 20 ms (and at the end); the
   // exact cursor stays with this object.
-  auto now = std::chrono::steady_clock::now();
-  if (now - e.last_report >= std::chrono::milliseconds(20) || e.next_step == e.steps) {
-    e.last_report = now;
+  const int64_t now = cluster_->impl_->job->clock->steady_ns();
+  if (now - e.last_report_ns >= 20'000'000 || e.next_step == e.steps) {
+    e.last_report_ns = now;
     caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
     e.board->set_cursor(e.next_step, e.delivered_items, e.cursor.consumed());
   }
@@ -666,16 +734,12 @@ Status Loader::save(const std::string& dir) {
   if (!e.error.is_ok())
     return Status(e.error.code(), "cannot save a failed epoch: " + e.error.message());
   auto& d = *cluster_->impl_;
-  if (d.stopped) return cancelled("the cluster was shut down");
+  SY_ASSIGN_OR_RETURN(auto system, d.running());
   if (d.job->dispatch != Dispatch::kNone && d.options.order != Order::kExact)
     return invalid_argument(
         "a checkpoint needs order=exact when a dispatcher routes items: with as_completed "
         "the consumed items of a logical shard are not a prefix of its order");
-  checkpoint_actor keeper;
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    keeper = d.ranks.at(rank_).checkpoint;
-  }
+  const checkpoint_actor keeper = d.roles_of(rank_).checkpoint;
   const EpochTicket& t = e.merger->ticket();
   SaveRequest req;
   req.dir = dir;
@@ -694,16 +758,23 @@ Status Loader::save(const std::string& dir) {
   req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
   const auto t0 = std::chrono::steady_clock::now();
-  caf::scoped_actor self{*d.sys};
-  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms), std::move(req))
-      .receive([&](const SaveDone&) { result = Status::ok(); },
-               [&](const caf::error& err) {
-                 result = from_error(err);
-                 if (err == caf::sec::request_timeout)
-                   result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " +
-                                        dir + " timed out: every rank must call save() at step " +
-                                        std::to_string(e.next_step));
-               });
+  caf::scoped_actor self{system->sys};
+  const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  self->request(keeper, timeout, std::move(req))
+      .receive(
+          [&](const SaveDone& msg) {
+            received(msg);
+            result = Status::ok();
+          },
+          [&](const caf::error& err) {
+            result = request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
+                                    "SaveRequest", timeout);
+            if (err == caf::sec::request_timeout)
+              result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " + dir +
+                                   " timed out: " + result.message() +
+                                   "; every rank must call save() at step " +
+                                   std::to_string(e.next_step));
+          });
   if (result.is_ok())
     e.board->save_time.observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -714,18 +785,21 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
   if (epoch_ || (restored_ && restored_->started))
     return invalid_argument("restore() must come before the first start_epoch()");
   auto& d = *cluster_->impl_;
-  if (d.stopped) return cancelled("the cluster was shut down");
-  checkpoint_actor keeper;
-  {
-    std::lock_guard<std::mutex> lock(d.mu);
-    keeper = d.ranks.at(rank_).checkpoint;
-  }
+  SY_ASSIGN_OR_RETURN(auto system, d.running());
+  const checkpoint_actor keeper = d.roles_of(rank_).checkpoint;
   Result<ResumeGrant> grant = internal_error("no answer from the checkpoint actor");
-  caf::scoped_actor self{*d.sys};
-  self->request(keeper, std::chrono::milliseconds(d.options.checkpoint_timeout_ms),
-                RestoreRequest{dir})
-      .receive([&](ResumeGrant& g) { grant = std::move(g); },
-               [&](const caf::error& err) { grant = from_error(err); });
+  caf::scoped_actor self{system->sys};
+  const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  self->request(keeper, timeout, RestoreRequest{dir})
+      .receive(
+          [&](ResumeGrant& g) {
+            received(g);
+            grant = std::move(g);
+          },
+          [&](const caf::error& err) {
+            grant = request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
+                                   "RestoreRequest", timeout);
+          });
   if (!grant.is_ok()) return grant.status();
   auto r = std::make_unique<Restored>();
   r->point = ResumePoint{grant->epoch, grant->partial ? grant->step : 0, grant->generation,

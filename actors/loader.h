@@ -19,10 +19,14 @@
 // loader actor, all CAF actors. Cluster runs several ranks of one job in one process (what
 // `shardyard run --ranks R` does); each rank's Loader is then used from its own thread.
 //
+// What the process provides (file system, clock, data plane, actor-system configuration) comes
+// from one Env (actors/env.h), Env::Default() unless LoaderOptions::env names another.
+//
+// Installed as <shardyard/loader.h>; it and the headers it includes name public types only.
+//
 // With LoaderOptions::device set, every batch next() returns also has its columns in device
 // memory, copied ahead of the trainer on a stream of their own, and a ready event
 // (gpu::on_device(batch), docs/gpu.md).
-//
 // Thread-compatible: one thread uses a Loader. Errors are values; nothing throws.
 #pragma once
 
@@ -32,10 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "actors/env.h"
 #include "gpu/device.h"
-#include "io/format/manifest_scan.h"
-#include "io/format/sample_reader.h"
 #include "runtime/batch.h"
+#include "runtime/manifest.h"
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
 #include "runtime/shard.h"
@@ -60,7 +64,7 @@ struct LoaderOptions {
   uint32_t batch_size = 64;
   PlanSpec plan;  // L, seed, shuffle, drop_last, strategies
   Order order = Order::kExact;
-  io::OnCorrupt on_corrupt = io::OnCorrupt::kFail;
+  OnCorrupt on_corrupt = OnCorrupt::kFail;
   // Members WebDataset's rule skips (docs/tar.md: no key.ext name, links, ...) are skipped
   // and counted (Manifest::members_skipped); true makes each one but a directory entry
   // damage, handled by on_corrupt.
@@ -85,21 +89,25 @@ struct LoaderOptions {
   std::string route_key_field;
   uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
   uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 128 items or 4 MiB)
-  // Where source bytes come from; null = io::default_file_system(): local paths, http://,
-  // https:// and s3:// uris (configured from the environment). A user file system (a
-  // database, an object store client) serves every source; its reads run on the worker
-  // threads, where current_worker() says who is reading. Must outlive the loader.
-  io::FileSystem* file_system = nullptr;
+  // What the job takes from the process (actors/env.h); null = Env::Default(). Its file
+  // system serves every source and receives checkpoints: by default local paths, http://,
+  // https:// and s3:// uris (configured from the environment; only local paths can be
+  // written). A user file system (a database, an object store client) comes in through a
+  // FileSystemEnv; its reads run on the worker threads, where current_worker() says who is
+  // reading. Must outlive the loader.
+  Env* env = nullptr;
   // The most bytes one sample may occupy (its tar members with their headers, inflated for
   // a .tar.gz shard; a window's records): a larger one fails the run, naming its key, before
   // the first batch. Bounds the memory a decompression bomb can take.
-  uint64_t max_sample_bytes = io::kDefaultMaxSampleBytes;
+  uint64_t max_sample_bytes = kDefaultMaxSampleBytes;
   // false: scan the sources every time and write no cache; a cached manifest of these
-  // sources that differs from the scan is removed (io::CacheMode::kBypass).
+  // sources that differs from the scan is removed.
   bool use_manifest_cache = true;
-  std::string cache_dir;  // empty: io::default_cache_dir()
+  // Empty: $SHARDYARD_CACHE_DIR, else $XDG_CACHE_HOME/shardyard, else ~/.cache/shardyard.
+  std::string cache_dir;
   unsigned scan_threads = 2;
-  // How long save() and restore() wait for the other ranks and the coordinator.
+  // How long save() and restore() wait for the other ranks and the coordinator (and each
+  // step of a save for the one it waits on).
   uint32_t checkpoint_timeout_ms = 120000;
   // Where batches are delivered (docs/gpu.md). Empty: host memory. "cuda:N" ("cuda" is
   // cuda:0): columns are collated into pinned memory and copied to GPU N on a stream of
@@ -219,7 +227,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   // A Loader for one of the hosted ranks (at most one open per rank).
   Result<std::unique_ptr<Loader>> loader(uint32_t rank);
   const Manifest& manifest() const;
-  const io::ScanReport& scan_report() const;
+  const ScanReport& scan_report() const;
   const LoaderOptions& options() const;
   uint32_t logical_shards() const;
   // Every actor's state: the coordinator's asked through its mailbox, the others' read

@@ -7,7 +7,7 @@ namespace shardyard::actors {
 
 JobMonitor::JobMonitor(caf::actor_system& sys, coordinator_actor coordinator,
                        std::shared_ptr<const JobData> job)
-    : sys_(sys), coordinator_(std::move(coordinator)), job_(std::move(job)) {}
+    : sys_(sys), job_(std::move(job)), coordinator_(std::move(coordinator)) {}
 
 JobMonitor::~JobMonitor() { stop(); }
 
@@ -30,11 +30,22 @@ JobStatus JobMonitor::status() {
   coordinator.role = "coordinator";
   coordinator.state = "unresponsive";
   coordinator.detail = "no answer within 2 s";
+  coordinator_actor handle;
   {
+    std::lock_guard<std::mutex> lock(mu_);
+    handle = coordinator_;
+  }
+  if (!handle) {
+    coordinator.detail = "the job is shutting down";
+  } else {
     caf::scoped_actor self{sys_};
-    self->request(coordinator_, std::chrono::seconds(2), SnapshotRequest{})
-        .receive([&](const ActorSnapshot& a) { coordinator = a; },
-                 [&](const caf::error& err) { coordinator.detail = caf::to_string(err); });
+    self->request(handle, std::chrono::seconds(2), SnapshotRequest{})
+        .receive(
+            [&](const ActorSnapshot& a) {
+              received(a);
+              coordinator = a;
+            },
+            [&](const caf::error& err) { coordinator.detail = caf::to_string(err); });
   }
   coordinator.node = board.node();
   coordinator.pid = board.pid();

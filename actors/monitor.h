@@ -11,13 +11,16 @@
 // rank process for its RankReport (StatusBoard::collect_report) and add them the same way.
 //
 // The server runs on its own thread (io/serve/http.h) and never blocks the job. stop()
-// must come before the actor system goes: Cluster::shutdown() stops it first.
+// must come before the actor system goes (Cluster::shutdown() stops it first): it closes
+// the endpoints and lets go of the coordinator; status() after it reports no coordinator.
 //
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "actors/roles.h"
@@ -37,17 +40,19 @@ class JobMonitor {
 
   // Serves the endpoints on address:port (port 0: a free one, see port()).
   Status serve(const std::string& address, uint16_t port);
-  uint16_t port() const { return server_ ? server_->port() : 0; }
+  uint16_t port() const { return port_.load(); }  // 0: not serving
   void stop();
 
  private:
   io::HttpResponse handle(const io::HttpRequest& request);
 
   caf::actor_system& sys_;
-  coordinator_actor coordinator_;
   std::shared_ptr<const JobData> job_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::unique_ptr<io::HttpServer> server_;
+  std::mutex mu_;
+  coordinator_actor coordinator_;           // guarded by mu_; null after stop()
+  std::unique_ptr<io::HttpServer> server_;  // made by serve(), before any request
+  std::atomic<uint16_t> port_{0};
 };
 
 }  // namespace shardyard::actors

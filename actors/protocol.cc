@@ -12,6 +12,7 @@ void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<EpochStart>("shardyard::EpochStart");
   cfg.add_message_type<EpochTicket>("shardyard::EpochTicket");
   cfg.add_message_type<WorkUnit>("shardyard::WorkUnit");
+  cfg.add_message_type<UnitAccepted>("shardyard::UnitAccepted");
   cfg.add_message_type<WorkerDone>("shardyard::WorkerDone");
   cfg.add_message_type<RankEpochDone>("shardyard::RankEpochDone");
   cfg.add_message_type<StepReport>("shardyard::StepReport");

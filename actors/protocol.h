@@ -20,7 +20,8 @@ typename Inspector::result_type inspect(Inspector& f, JobInfo& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
-  return f(caf::meta::type_name("JoinRequest"), x.rank, x.workers, x.fingerprint);
+  return f(caf::meta::type_name("JoinRequest"), x.protocol_version, x.rank, x.workers,
+           x.fingerprint);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochKeyRequest& x) {
@@ -43,6 +44,10 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkUnit& x) {
   return f(caf::meta::type_name("WorkUnit"), x.rank, x.worker, x.epoch, x.epoch_key, x.shards,
            x.take, x.consumed, x.channel, x.stage_states, x.rescaled, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, UnitAccepted& x) {
+  return f(caf::meta::type_name("UnitAccepted"), x.rank, x.worker, x.epoch);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerDone& x) {

@@ -1,6 +1,7 @@
 #include "actors/roles.h"
 
 #include <chrono>
+#include <optional>
 
 #include "actors/state/coordinator_state.h"
 #include "actors/state/dispatcher_state.h"
@@ -13,18 +14,30 @@ namespace shardyard::actors {
 // The Status travels as sec::runtime_error with (code, message) as context, so the code
 // survives a hop between actors (and between processes).
 caf::error to_error(const Status& st) {
-  return caf::make_error(caf::sec::runtime_error, static_cast<int32_t>(st.code()), st.message());
+  auto err =
+      caf::make_error(caf::sec::runtime_error, static_cast<int32_t>(st.code()), st.message());
+  release_at(err.context().cvals().get());  // see actors/state/mailbox_order.h
+  return err;
 }
 
 Status from_error(const caf::error& err) {
   if (!err) return Status::ok();
   const caf::message& ctx = err.context();
+  acquire_at(ctx.cvals().get());
   if (ctx.match_elements<int32_t, std::string>()) {
     auto code = ctx.get_as<int32_t>(0);
     if (code > 0 && code <= static_cast<int32_t>(StatusCode::kUnavailable))
       return Status(static_cast<StatusCode>(code), ctx.get_as<std::string>(1));
   }
   return unavailable(caf::to_string(err));
+}
+
+Status request_failed(const caf::error& err, const std::string& actor, const char* message,
+                      std::chrono::milliseconds timeout) {
+  if (err == caf::sec::request_timeout)
+    return unavailable("no reply from " + actor + " to " + message + " within " +
+                       std::to_string(timeout.count()) + " ms");
+  return from_error(err);
 }
 
 // ---- coordinator -------------------------------------------------------------------------
@@ -38,36 +51,38 @@ struct CoordinatorActorState {
   static inline const char* name = "shardyard.coordinator";
 };
 
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The coordinator's committer: writes CHECKPOINT on its own thread and reports back. (The
 // arguments come through spawn, not a capture: CAF 0.17 dereferences a null argument tuple
 // for argument-less function actors.)
-void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, std::string dir,
-               CheckpointManifest manifest) {
-  Status st = io::commit_checkpoint(dir, manifest);
+void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, FileSystem* fs,
+               std::string dir, CheckpointManifest manifest) {
+  Status st = io::commit_checkpoint(*fs, dir, manifest);
   self->send(coordinator, CommitOutcome{manifest.generation, st.is_ok(),
                                         st.is_ok() ? std::string() : st.to_string()});
 }
 
 coordinator_actor::behavior_type coordinator_fn(
-    coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job) {
+    coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job, FileSystem* fs,
+    Clock* clock) {
+  const ActorTurn turn;
   self->state.core = std::make_unique<CoordinatorState>(std::move(job));
   return {
       [=](const JoinRequest& req) -> caf::result<JobInfo> {
+        const ActorTurn turn(req);
         auto r = self->state.core->join(req);
         if (!r.is_ok()) return to_error(r.status());
         return r.value();
       },
       [=](const EpochKeyRequest& req) -> EpochKey {
+        const ActorTurn turn(req);
         return self->state.core->epoch_key(req.epoch);
       },
-      [=](const RankEpochDone& done) { self->state.core->rank_done(done); },
+      [=](const RankEpochDone& done) {
+        const ActorTurn turn(done);
+        self->state.core->rank_done(done);
+      },
       [=](const CheckpointBegin& begin) -> caf::result<CheckpointGeneration> {
+        const ActorTurn turn(begin);
         auto g = self->state.core->begin_save(begin);
         if (!g.is_ok()) return to_error(g.status());
         // Ranks still waiting on an abandoned cut learn that it will never commit.
@@ -85,8 +100,9 @@ coordinator_actor::behavior_type coordinator_fn(
         return CheckpointGeneration{*g};
       },
       [=](const RankSaved& saved) -> caf::typed_response_promise<CheckpointCommitted> {
+        const ActorTurn turn(saved);
         auto rp = self->make_response_promise<CheckpointCommitted>();
-        auto m = self->state.core->rank_saved(saved, unix_ms());
+        auto m = self->state.core->rank_saved(saved, clock->unix_ms());
         if (!m.is_ok()) {
           rp.deliver(to_error(m.status()));
           return rp;
@@ -94,11 +110,13 @@ coordinator_actor::behavior_type coordinator_fn(
         self->state.waiting.emplace_back(saved.generation, rp);
         if (m->has_value()) {
           // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
-          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, saved.dir, std::move(**m));
+          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, fs, saved.dir,
+                                     std::move(**m));
         }
         return rp;
       },
       [=](const RankSaveFailed& failed) {
+        const ActorTurn turn(failed);
         Status error = self->state.core->save_failed(failed);
         if (error.is_ok()) return;  // not the pending cut
         // Every rank waiting for this cut's commit learns now, not at its timeout.
@@ -113,6 +131,7 @@ coordinator_actor::behavior_type coordinator_fn(
         }
       },
       [=](const CommitOutcome& outcome) {
+        const ActorTurn turn(outcome);
         self->state.core->save_finished();
         auto& waiting = self->state.waiting;
         for (auto& [gen, rp] : waiting) {
@@ -126,12 +145,17 @@ coordinator_actor::behavior_type coordinator_fn(
         waiting.clear();
       },
       [=](const ResumeOffer& offer) -> caf::result<ResumeGrant> {
+        const ActorTurn turn(offer);
         auto g = self->state.core->resume(offer);
         if (!g.is_ok()) return to_error(g.status());
         return std::move(g).value();
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot { return self->state.core->snapshot(); },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
+        return self->state.core->snapshot();
+      },
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         for (auto& [gen, rp] : self->state.waiting)
           rp.deliver(to_error(cancelled("the coordinator shut down during a checkpoint")));
         self->state.waiting.clear();
@@ -172,13 +196,19 @@ std::shared_ptr<RoleStats> role_stats(const JobData& job, const char* role, uint
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActorState> self,
                                       std::shared_ptr<const JobData> job, uint32_t rank,
                                       uint32_t worker) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.worker = worker;
   self->state.core = std::make_unique<WorkerCore>(job, rank, worker);
   self->state.stats = role_stats(*job, "worker", rank, worker);
   return {
-      // Detached actor: the unit blocks this actor's own thread, nobody else's.
-      [=](const WorkUnit& unit) -> WorkerDone {
+      // Detached actor: the unit blocks this actor's own thread, nobody else's. It accepts the
+      // unit at once and reports its end to the dispatcher that sent it.
+      [=](const WorkUnit& unit) -> caf::typed_response_promise<UnitAccepted> {
+        const ActorTurn turn(unit);
+        auto rp = self->make_response_promise<UnitAccepted>();
+        rp.deliver(UnitAccepted{unit.rank, unit.worker, unit.epoch});
+        auto dispatcher = caf::actor_cast<dispatcher_actor>(self->current_sender());
         auto& st = self->state;
         st.epoch = unit.epoch;
         st.state = "running";
@@ -202,9 +232,11 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
           st.stats->set_state(done.ok ? RoleState::kIdle : RoleState::kFailed);
           st.stats->set_detail(done.error);
         }
-        return done;
+        if (dispatcher) self->send(dispatcher, done);
+        return rp;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         if (st.stats) return job->status->snapshot(*st.stats);
         ActorSnapshot s;
@@ -217,7 +249,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         s.bytes = st.bytes;
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         auto ack = ShutdownAck{"worker", self->state.rank, self->state.worker};
         if (self->state.stats) self->state.stats->set_state(RoleState::kStopped);
         self->state.core.reset();
@@ -249,6 +282,9 @@ struct DispatcherActorState {
   std::unique_ptr<DispatcherState> core;
   coordinator_actor coordinator;
   std::vector<worker_actor> workers;
+  // By worker: the epoch of the unit it runs (accepted or sent), until its WorkerDone; so a
+  // worker that stops while it runs one fails that unit.
+  std::vector<std::optional<uint32_t>> running;
   loader_actor loader;
   std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
   static inline const char* name = "shardyard.dispatcher";
@@ -268,17 +304,48 @@ dispatcher_actor::behavior_type dispatcher_fn(
     dispatcher_actor::stateful_pointer<DispatcherActorState> self,
     std::shared_ptr<const JobData> job, uint32_t rank, coordinator_actor coordinator,
     std::vector<worker_actor> workers, loader_actor loader) {
+  const ActorTurn turn;
   self->state.core = std::make_unique<DispatcherState>(job, rank);
   self->state.stats = role_stats(*job, "dispatcher", rank);
   self->state.coordinator = coordinator;
   self->state.workers = std::move(workers);
+  self->state.running.resize(self->state.workers.size());
   self->state.loader = loader;
+  const uint32_t w_count = static_cast<uint32_t>(self->state.workers.size());
+  // A unit's end, from a worker (forwarded to the loader actor) or from the feed (worker W).
+  auto unit_done = [=](const WorkerDone& done) {
+    if (done.worker < w_count) {
+      auto& running = self->state.running[done.worker];
+      if (running && *running == done.epoch) running.reset();
+      self->send(self->state.loader, done);
+    }
+    self->state.core->unit_done(done);
+    self->state.publish();
+  };
+  auto unit_failed = [=](const WorkUnit& unit, const Status& why) {
+    unit_done(WorkerDone{unit.rank, unit.worker, unit.epoch, 0, 0, false, why.to_string()});
+  };
+  for (auto& w : self->state.workers) self->monitor(w);
+  self->set_down_handler([=](caf::down_msg& down) {
+    const ActorTurn down_turn;
+    auto& st = self->state;
+    for (uint32_t w = 0; w < w_count; ++w) {
+      if (st.workers[w].address() != down.source || !st.running[w]) continue;
+      const uint32_t epoch = *st.running[w];
+      unit_done(WorkerDone{rank, w, epoch, 0, 0, false,
+                           "worker " + std::to_string(w) + " of rank " + std::to_string(rank) +
+                               " stopped while it ran its unit of epoch " + std::to_string(epoch) +
+                               ": " + caf::to_string(down.reason)});
+    }
+  });
   return {
       [=](const EpochStart& start) -> caf::typed_response_promise<EpochTicket> {
+        const ActorTurn turn(start);
         auto rp = self->make_response_promise<EpochTicket>();
-        self->request(self->state.coordinator, caf::infinite, EpochKeyRequest{start.epoch})
+        self->request(self->state.coordinator, kReplyTimeout, EpochKeyRequest{start.epoch})
             .then(
                 [=](const EpochKey& key) mutable {
+                  const ActorTurn turn(key);
                   auto a = self->state.core->start_epoch(start, key);
                   self->state.publish();
                   if (!a.is_ok()) {
@@ -286,44 +353,49 @@ dispatcher_actor::behavior_type dispatcher_fn(
                     return;
                   }
                   for (auto& unit : a->units) {
-                    auto w = self->state.workers[unit.worker];
-                    self->request(w, caf::infinite, unit)
-                        .then(
-                            [=](const WorkerDone& done) {
-                              self->state.core->unit_done(done);
-                              self->state.publish();
-                              self->send(self->state.loader, done);
-                            },
-                            [=](const caf::error& err) {
-                              WorkerDone failed{unit.rank, unit.worker, unit.epoch,         0,
-                                                0,         false,       caf::to_string(err)};
-                              self->state.core->unit_done(failed);
-                              self->state.publish();
-                              self->send(self->state.loader, failed);
-                            });
+                    self->state.running[unit.worker] = unit.epoch;
+                    self->request(self->state.workers[unit.worker], kReplyTimeout, unit)
+                        .then([=](const UnitAccepted& accepted) { const ActorTurn turn(accepted); },
+                              [=](const caf::error& err) {
+                                const ActorTurn turn;
+                                self->state.running[unit.worker].reset();
+                                unit_failed(unit,
+                                            request_failed(err,
+                                                           "worker " + std::to_string(unit.worker) +
+                                                               " of rank " + std::to_string(rank),
+                                                           "WorkUnit", kReplyTimeout));
+                              });
                   }
                   if (a->feed)
                     self->spawn<caf::detached>(feed_fn, dispatcher_actor{self}, job, rank,
                                                std::move(*a->feed));
                   rp.deliver(a->ticket);
                 },
-                [=](const caf::error& err) mutable { rp.deliver(err); });
+                [=](const caf::error& err) mutable {
+                  const ActorTurn turn;
+                  rp.deliver(to_error(
+                      request_failed(err, "the coordinator", "EpochKeyRequest", kReplyTimeout)));
+                });
         return rp;
       },
       [=](const ResumeGrant& grant) -> ResumeAck {
+        const ActorTurn turn(grant);
         self->state.core->set_resume(grant);
         return ResumeAck{};
       },
-      [=](const WorkerDone& feed_done) {
-        self->state.core->unit_done(feed_done);
-        self->state.publish();
+      [=](const WorkerDone& done) {
+        const ActorTurn turn(done);
+        unit_done(done);
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         if (self->state.stats) return job->status->snapshot(*self->state.stats);
         return self->state.core->snapshot();
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         if (self->state.stats) self->state.stats->set_state(RoleState::kStopped);
+        for (auto& w : self->state.workers) self->demonitor(w.address());
         self->state.workers.clear();
         self->state.coordinator = nullptr;
         self->state.loader = nullptr;
@@ -347,8 +419,9 @@ struct LoaderActorState {
 
 }  // namespace
 
-coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job) {
-  return sys.spawn(coordinator_fn, std::move(job));
+coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job, FileSystem& fs,
+                                    Clock& clock) {
+  return sys.spawn(coordinator_fn, std::move(job), &fs, &clock);
 }
 
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
@@ -366,23 +439,28 @@ dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const 
 namespace {
 loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActorState> self,
                                       uint32_t rank, coordinator_actor coordinator) {
+  const ActorTurn turn;
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   return {
       [=](const StepReport& r) {
+        const ActorTurn turn(r);
         self->state.state = "running";
         self->state.cursor = r;
       },
       [=](const RankEpochDone& done) {
+        const ActorTurn turn(done);
         self->state.state = "idle";
         self->send(self->state.coordinator, done);
       },
       [=](const WorkerDone& done) {
+        const ActorTurn turn(done);
         self->state.produced += done.items;
         self->state.bytes += done.bytes;
         if (!done.ok) ++self->state.failures;
       },
-      [=](const SnapshotRequest&) -> ActorSnapshot {
+      [=](const SnapshotRequest& msg) -> ActorSnapshot {
+        const ActorTurn turn(msg);
         auto& st = self->state;
         ActorSnapshot s;
         s.role = "loader";
@@ -396,7 +474,8 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
                    std::to_string(st.failures) + " failed units";
         return s;
       },
-      [=](const ShutdownRequest&) -> ShutdownAck {
+      [=](const ShutdownRequest& msg) -> ShutdownAck {
+        const ActorTurn turn(msg);
         self->state.coordinator = nullptr;
         self->quit();
         return ShutdownAck{"loader", rank, 0};

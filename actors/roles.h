@@ -4,12 +4,17 @@
 // worker_core.h, merger.h); the actors below are thin shells that turn messages into calls
 // on it, keep timers and replies, and export snapshots. Workers are detached actors (their
 // unit blocks on reads and on the data plane's backpressure); the others are event-based.
+// Every request has a timeout: a worker accepts a unit at once (UnitAccepted) and reports
+// its end in a WorkerDone message, and the dispatcher monitors its workers, so that no reply
+// waits on how long an epoch takes.
 // docs/protocol.md describes every message and the order of a run.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "actors/protocol.h"
@@ -25,7 +30,7 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
     caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
-using worker_actor = caf::typed_actor<caf::replies_to<WorkUnit>::with<WorkerDone>,
+using worker_actor = caf::typed_actor<caf::replies_to<WorkUnit>::with<UnitAccepted>,
                                       caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
                                       caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
@@ -52,10 +57,28 @@ using checkpoint_actor = caf::typed_actor<caf::replies_to<SaveRequest>::with<Sav
 caf::error to_error(const Status& st);
 Status from_error(const caf::error& err);
 
+// How long each request between roles waits for its reply (docs/protocol.md, "Timeouts").
+// A role that answers at once gets kReplyTimeout; the checkpoint barrier and the trainer's
+// save() and restore() wait LoaderOptions::checkpoint_timeout_ms.
+inline constexpr std::chrono::milliseconds kReplyTimeout{30000};
+inline constexpr std::chrono::milliseconds kJoinTimeout{30000};
+inline constexpr std::chrono::milliseconds kEpochStartTimeout{60000};
+inline constexpr std::chrono::milliseconds kSnapshotTimeout{10000};
+inline constexpr std::chrono::milliseconds kShutdownTimeout{30000};
+
+// The Status of a failed request: a timeout names the actor and the message it waited on
+// ("no reply from the coordinator to EpochKeyRequest within 30000 ms"); another error is
+// from_error(err).
+Status request_failed(const caf::error& err, const std::string& actor, const char* message,
+                      std::chrono::milliseconds timeout);
+
 // Spawn order: coordinator, loader actor, workers, dispatcher (which reports progress to
 // the loader actor), checkpoint actor. The trainer-side Loader sends EpochStart to the dispatcher
 // itself.
-coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job);
+// The coordinator commits checkpoints through `fs` and dates them by `clock` (the job's
+// Env's; both must outlive it).
+coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job, FileSystem& fs,
+                                    Clock& clock);
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
                           uint32_t worker);
 dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const JobData> job,

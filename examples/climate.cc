@@ -1,5 +1,5 @@
 // A climate-style trainer loop over time-series windows (docs/windows.md), through the public
-// API only (actors/loader.h). It writes its own dataset: one raw file per month of a
+// API only (<shardyard/loader.h>). It writes its own dataset: one raw file per month of a
 // (non-leap) year, `2023-01.bin` .. `2023-12.bin`, hourly records of 8 float32 channels
 // (32 bytes), where channel 0 holds the month (1-12) and channel 1 the record's index in
 // its file, so that every window can be checked. It then loads weekly windows with a
@@ -33,7 +33,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/loader.h"
+#include <shardyard/loader.h>
 
 using namespace shardyard;
 

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/loader.h"
-#include "gpu/device_batch.h"
-#include "gpu/dlpack.h"
+#include <shardyard/device_batch.h>
+#include <shardyard/dlpack_export.h>
+#include <shardyard/loader.h>
 
 using namespace shardyard;
 

@@ -1,4 +1,4 @@
-// A minimal trainer that embeds shardyard through its public API only (actors/loader.h):
+// A minimal trainer that embeds shardyard through its public API only (<shardyard/loader.h>):
 // it registers a user stage that decodes the ascii label into a 4-byte integer field, opens
 // a loader, and walks the epochs, treating the fixed-size "label" column as a [B] uint32
 // tensor without copying it. It checks that every sample arrives once per epoch. With
@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "actors/loader.h"
+#include <shardyard/loader.h>
 
 using namespace shardyard;
 

@@ -56,7 +56,7 @@ std::shared_ptr<Buffer> BufferPool::acquire(size_t bytes) {
   const size_t cls = size_class(bytes);
   uint8_t* data = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = idle_.size(); i-- > 0;) {
       if (idle_[i].first == cls) {
         data = idle_[i].second;
@@ -76,7 +76,7 @@ std::shared_ptr<Buffer> BufferPool::acquire(size_t bytes) {
 
 void BufferPool::release(uint8_t* data, size_t capacity) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (idle_bytes_ + capacity <= max_cached_) {
       idle_.emplace_back(capacity, data);
       idle_bytes_ += capacity;
@@ -87,7 +87,7 @@ void BufferPool::release(uint8_t* data, size_t capacity) {
 }
 
 size_t BufferPool::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return idle_bytes_;
 }
 

@@ -16,8 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "runtime/mutex.h"
 
 namespace shardyard {
 
@@ -87,9 +88,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
   const size_t max_cached_;
   const std::shared_ptr<BufferAllocator> allocator_;  // never null
-  mutable std::mutex mu_;
-  std::vector<std::pair<size_t, uint8_t*>> idle_;  // guarded by mu_
-  size_t idle_bytes_ = 0;                          // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::pair<size_t, uint8_t*>> idle_ SY_GUARDED_BY(mu_);
+  size_t idle_bytes_ SY_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardyard

@@ -27,6 +27,10 @@
 
 namespace shardyard {
 
+// The default bound on one sample's bytes (LoaderOptions::max_sample_bytes,
+// `shardyard run --max-sample-bytes`).
+inline constexpr uint64_t kDefaultMaxSampleBytes = uint64_t{256} << 20;
+
 enum class SourceKind : uint8_t {
   kTar = 0,        // seekable tar file: byte ranges are file offsets
   kTarGz = 1,      // gzip-compressed tar: byte ranges are offsets in the uncompressed stream
@@ -70,6 +74,19 @@ struct SourceEntry {
   // Members in no sample, skipped as WebDataset skips them (docs/tar.md): directories,
   // links and other non-file types, names without a key.ext form, metadata names.
   uint64_t members_skipped = 0;
+};
+
+// What building a manifest does with a damaged source: stop with the first error (file and
+// byte offset), or keep the intact samples before the damage, mark the source damaged and
+// go on (io/format/manifest_scan.h).
+enum class OnCorrupt { kFail, kSkip };
+
+// How a manifest was obtained.
+struct ScanReport {
+  bool from_cache = false;
+  std::string cache_path;             // where it was read from or written to
+  std::vector<std::string> skipped;   // one per damaged source (kSkip): what was skipped
+  std::vector<std::string> warnings;  // other news, such as a cache that was not written
 };
 
 struct Manifest {

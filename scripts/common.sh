@@ -10,7 +10,7 @@ SY_PACKAGES=(
   libcaf-dev libssl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 tar gzip nginx libarchive-tools
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev llvm
   libdlpack-dev
   libboost-dev prometheus
 )

@@ -2,9 +2,11 @@
 # The whole test suite: set up, build, run every test (unit, actors, end to end, example,
 # remote sources against nginx, s3rver and a fault proxy that the tests start themselves),
 # then rebuild with AddressSanitizer + UndefinedBehaviorSanitizer and run the tests again,
-# then build the libFuzzer targets with clang (tar reader, HTTP/S3 response parsers,
-# checkpoint formats) and fuzz each for a bounded time.
-# Usage: scripts/test.sh            (SY_SKIP_SANITIZE=1 / SY_SKIP_FUZZ=1 to leave parts out)
+# then build the actor, data-plane, end-to-end and example tests with clang and
+# ThreadSanitizer (clang also checks the thread-safety annotations) and run them, then build
+# the libFuzzer targets with clang (tar reader, HTTP/S3 response parsers, checkpoint
+# formats) and fuzz each for a bounded time.
+# Usage: scripts/test.sh   (SY_SKIP_SANITIZE=1 / SY_SKIP_TSAN=1 / SY_SKIP_FUZZ=1 leave parts out)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sy_install_packages
 sy_install_test_servers
@@ -24,6 +26,26 @@ if [ "${SY_SKIP_SANITIZE:-0}" != 1 ]; then
   (cd "$SY_ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j "$SY_JOBS" --timeout 900)
+fi
+
+if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
+  echo "== build with ThreadSanitizer (clang: thread-safety annotations checked too) and test"
+  tsan_start=$(date +%s)
+  mkdir -p "$SY_ROOT/build-tsan"
+  # What runs threads: the actors, their state classes, the data plane, the command line, the
+  # examples. The unit tests of runtime/ and io/ run on one thread.
+  SY_TARGETS="shardyard trainer climate fault_shardyard io_data_plane_test io_route_test \
+    actors_protocol_test actors_roles_state_test actors_shard_stream_test actors_stage_runner_test \
+    actors_worker_core_test actors_merger_test actors_cluster_test actors_checkpoint_cluster_test \
+    actors_dispatch_cluster_test" \
+    sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
+  # tests/tsan.supp says why each suppression is there (all are inside CAF).
+  (cd "$SY_ROOT/build-tsan" && \
+    TSAN_OPTIONS="halt_on_error=1 history_size=7 demangle=0 second_deadlock_stack=1 suppressions=$SY_ROOT/tests/tsan.supp" \
+    ctest --output-on-failure -j "$SY_JOBS" --timeout 900 \
+    -R '^(actors_|io_data_plane_test|io_route_test|e2e\.)')
+  echo "== ThreadSanitizer part took $(( $(date +%s) - tsan_start )) s"
 fi
 
 if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "io/fs/file_system.h"
 #include "io/persist/checkpoint_store.h"
 #include "json_text.h"
 
@@ -139,7 +140,7 @@ Command add_checkpoint_commands(CLI::App& app) {
   inspect->add_option("dir", args->dir, "checkpoint directory")->required();
   inspect->add_flag("--json", args->json, "print JSON");
   return [args] {
-    auto c = io::load_checkpoint(args->dir);
+    auto c = io::load_checkpoint(io::local_file_system(), args->dir);
     if (!c.is_ok()) {
       print_error(c.status().to_string());
       return 1;

@@ -182,7 +182,7 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, RunControl& 
   out->status = dump.close();
 }
 
-int run(const RunArgs& args) {
+int run(const RunArgs& args, Env* env) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   double cpu0 = cpu_seconds();
@@ -204,6 +204,7 @@ int run(const RunArgs& args) {
     return 2;
   }
   LoaderOptions opt;
+  opt.env = env;
   opt.sources = args.sources;
   opt.world_size = args.ranks;
   opt.workers = args.workers;
@@ -216,7 +217,7 @@ int run(const RunArgs& args) {
   opt.plan.distributed_strategy = args.distributed_strategy;
   opt.plan.worker_strategy = args.worker_strategy;
   opt.order = args.order == "as_completed" ? Order::kAsCompleted : Order::kExact;
-  opt.on_corrupt = args.on_corrupt == "skip" ? io::OnCorrupt::kSkip : io::OnCorrupt::kFail;
+  opt.on_corrupt = args.on_corrupt == "skip" ? OnCorrupt::kSkip : OnCorrupt::kFail;
   opt.strict_members = args.strict;
   opt.prefetch_batches = args.prefetch_batches;
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
@@ -472,7 +473,7 @@ int run(const RunArgs& args) {
 
 }  // namespace
 
-Command add_run_command(CLI::App& app) {
+Command add_run_command(CLI::App& app, Env* env) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "load a dataset end to end and print a JSON summary");
   cmd->add_option("--source", args->sources, "shard paths, brace patterns or directories")
@@ -552,7 +553,7 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--metrics-address", args->metrics_address,
                   "address the metrics endpoint listens on (default 127.0.0.1, loopback only)");
-  return [args] { return run(*args); };
+  return [args, env] { return run(*args, env); };
 }
 
 }  // namespace shardyard::tools

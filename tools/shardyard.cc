@@ -1,44 +1,5 @@
 // shardyard: load a dataset end to end (run), build and show manifests (manifest), inspect
 // checkpoints (checkpoint inspect), watch a running job (monitor).
-#include <cstdio>
-#include <exception>
-#include <iostream>
-#include <string>
-
 #include "commands.h"
 
-namespace shardyard::tools {
-void print_error(const std::string& what) {
-  std::fprintf(stderr, "shardyard: error: %s\n", what.c_str());
-}
-void print_warning(const std::string& what) {
-  std::fprintf(stderr, "shardyard: warning: %s\n", what.c_str());
-}
-}  // namespace shardyard::tools
-
-int main(int argc, char** argv) {
-  CLI::App app{"shardyard: feed distributed training with WebDataset shards"};
-  app.require_subcommand(1);
-  auto run = shardyard::tools::add_run_command(app);
-  auto manifest = shardyard::tools::add_manifest_commands(app);
-  auto checkpoint = shardyard::tools::add_checkpoint_commands(app);
-  auto monitor = shardyard::tools::add_monitor_command(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  // Errors are values below this point; an exception that still gets here (a library's,
-  // such as std::bad_alloc) ends the command with a message, never with abort().
-  try {
-    if (app.got_subcommand("run")) return run();
-    if (app.got_subcommand("checkpoint")) return checkpoint();
-    if (app.got_subcommand("monitor")) return monitor();
-    return manifest();
-  } catch (const std::exception& e) {
-    shardyard::tools::print_error(std::string("unexpected failure: ") + e.what());
-  } catch (...) {
-    shardyard::tools::print_error("unexpected failure (an unknown exception)");
-  }
-  return 1;
-}
+int main(int argc, char** argv) { return shardyard::tools::run_cli(argc, argv, nullptr); }

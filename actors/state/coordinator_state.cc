@@ -13,6 +13,11 @@ Status checkpoint_aborted(const std::string& dir, uint32_t epoch, uint64_t step,
 }
 
 Result<JobInfo> CoordinatorState::join(const JoinRequest& req) {
+  if (req.protocol_version != kProtocolVersion)
+    return invalid_argument(
+        "rank " + std::to_string(req.rank) + " speaks protocol version " +
+        std::to_string(req.protocol_version) + "; this coordinator speaks version " +
+        std::to_string(kProtocolVersion) + ": run the same shardyard release on every rank");
   if (req.fingerprint != job_.fingerprint)
     return invalid_argument("rank " + std::to_string(req.rank) +
                             " has a manifest of another dataset (fingerprint mismatch)");

@@ -22,10 +22,15 @@ JobInfo JobData::info() const {
   return j;
 }
 
-Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manifest, PlanSpec plan,
-                                          Spec pipeline, Topology topology, uint32_t batch_size,
-                                          io::FileSystem* fs, Dispatch dispatch,
-                                          uint32_t prefetch_shards) {
+Result<std::shared_ptr<const JobData>> make_job(JobOptions options) {
+  if (!options.manifest || !options.fs || !options.clock || !options.data_plane)
+    return invalid_argument("make_job needs a manifest, a file system, a clock and a data plane");
+  auto& manifest = options.manifest;
+  auto& plan = options.plan;
+  auto& pipeline = options.pipeline;
+  const Topology topology = options.topology;
+  const uint32_t batch_size = options.batch_size;
+  Dispatch dispatch = options.dispatch;
   auto job = std::make_shared<JobData>();
   job->index = ItemIndex(*manifest);
   const uint64_t n = job->index.num_items();
@@ -70,17 +75,23 @@ Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manife
   job->pipeline = std::move(pipeline);
   job->topology = topology;
   job->batch_size = batch_size;
-  job->fs = fs;
+  job->exact_order = options.exact_order;
+  job->fs = options.fs;
+  job->clock = options.clock;
   job->dispatch = dispatch;
-  job->prefetch_shards = std::max(1u, prefetch_shards);
+  job->prefetch_shards = std::max(1u, options.prefetch_shards);
+  job->route_key_field = std::move(options.route_key_field);
+  job->checkpoint_timeout_ms = options.checkpoint_timeout_ms;
+  job->status = std::move(options.status);
+  job->reader.max_sample_bytes = options.max_sample_bytes;
   // The pool must be able to keep the buffers of the batches in flight (prefetched, being
   // built, held by the trainer) plus the open chunks, or every large batch is mapped and
   // page-faulted afresh. Size it from the mean sample size.
   const uint64_t mean_bytes = job->manifest->payload_bytes() / n + 1024;
   job->pool = BufferPool::create(static_cast<size_t>(
       std::clamp<uint64_t>(mean_bytes * batch_size * 6 + (32u << 20), 32u << 20, 4ull << 30)));
-  job->data_plane = io::inproc_data_plane();
-  return job;
+  job->data_plane = std::move(options.data_plane);
+  return std::shared_ptr<const JobData>(std::move(job));
 }
 
 }  // namespace shardyard::actors

@@ -1,19 +1,21 @@
-// JobData: what every role of one process needs to read, built once and shared read-only:
-// the manifest and its item index, the logical shards, the plan spec, the pipeline spec,
-// the file system, the buffer pool and the data plane. It is handed to actors when they are
-// spawned (never inside a message: it is process-local).
+// JobData: what every role of one process needs to read, built once by make_job() from one
+// JobOptions and shared read-only: the manifest and its item index, the logical shards, the
+// plan spec, the pipeline spec, the file system and clock of the job's Env, the buffer pool
+// and the data plane. It is handed to actors when they are spawned (never inside a message:
+// it is process-local).
 //
-// Thread-safe to read; nothing in it changes after make_job() (the pool and the data plane
-// are internally synchronised).
+// Thread-safe to read; nothing in it changes after make_job() (the pool, the data plane, the
+// file system and the clock are internally synchronised).
 #pragma once
 
 #include <memory>
 
 #include "actors/state/messages.h"
+#include "io/format/sample_reader.h"
 #include "io/fs/file_system.h"
 #include "io/transport/data_plane.h"
-#include "io/format/sample_reader.h"
 #include "runtime/buffer.h"
+#include "runtime/clock.h"
 #include "runtime/manifest.h"
 #include "runtime/pipeline.h"
 #include "runtime/pipeline_cut.h"
@@ -31,10 +33,11 @@ struct JobData {
   Spec pipeline;
   Topology topology;
   uint32_t batch_size = 1;
-  bool exact_order = true;  // the loader merges in the global order (Order::kExact)
-  io::FileSystem* fs = nullptr;
+  bool exact_order = true;   // the loader merges in the global order (Order::kExact)
+  FileSystem* fs = nullptr;  // sources and checkpoints
+  Clock* clock = nullptr;
   std::shared_ptr<BufferPool> pool;
-  std::shared_ptr<io::DataPlane> data_plane;
+  std::shared_ptr<DataPlane> data_plane;
   uint32_t packet_items = 128;       // items per data-plane packet
   uint64_t packet_bytes = 4u << 20;  // or fewer when they reach this many bytes
   Dispatch dispatch = Dispatch::kNone;
@@ -42,10 +45,31 @@ struct JobData {
   uint32_t prefetch_shards = 1;    // broadcast: logical shards loaded ahead of the one in use
   std::string route_key_field;     // by key: route by this field's bytes (empty: the item key)
   io::SampleReaderOptions reader;  // of every SampleReader (the bound on one sample's bytes)
+  uint32_t checkpoint_timeout_ms = 120000;  // how long a save waits for the other ranks
   // What the roles of this process report to the monitor (null: nothing is reported).
   std::shared_ptr<StatusBoard> status;
 
   JobInfo info() const;
+};
+
+// Everything make_job() needs, in one struct (defaults as in LoaderOptions).
+struct JobOptions {
+  std::shared_ptr<const Manifest> manifest;
+  PlanSpec plan;
+  Spec pipeline;
+  Topology topology;
+  uint32_t batch_size = 1;
+  bool exact_order = true;  // Order::kExact
+  Dispatch dispatch = Dispatch::kNone;
+  uint32_t prefetch_shards = 1;
+  std::string route_key_field;
+  uint32_t checkpoint_timeout_ms = 120000;
+  uint64_t max_sample_bytes = kDefaultMaxSampleBytes;  // the bound on one sample's bytes
+  // From the job's Env: required.
+  FileSystem* fs = nullptr;
+  Clock* clock = nullptr;
+  std::shared_ptr<DataPlane> data_plane;
+  std::shared_ptr<StatusBoard> status;  // what the roles report to the monitor (null: nothing)
 };
 
 // Resolves defaults (L, chunk size, the dispatch mode) and validates the spec against the
@@ -54,9 +78,6 @@ struct JobData {
 // orders each rank's shards one after another (PlanSpec::sequential), takes a whole
 // logical shard as its shuffle block unless chunk_items is set, and splits a loaded
 // shard's items among workers by the WORKER strategy, contiguous or strided.
-Result<std::shared_ptr<JobData>> make_job(std::shared_ptr<const Manifest> manifest, PlanSpec plan,
-                                          Spec pipeline, Topology topology, uint32_t batch_size,
-                                          io::FileSystem* fs, Dispatch dispatch = Dispatch::kNone,
-                                          uint32_t prefetch_shards = 1);
+Result<std::shared_ptr<const JobData>> make_job(JobOptions options);
 
 }  // namespace shardyard::actors

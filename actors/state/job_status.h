@@ -60,6 +60,7 @@ struct RankStatus {
 struct RankReport {
   std::vector<RankStatus> ranks;  // the ranks the process hosts
   MetricsSnapshot metrics;        // their metric samples (labelled by rank and node)
+  MailboxOrder order{};           // not sent (actors/state/mailbox_order.h)
 };
 
 struct JobStatus {

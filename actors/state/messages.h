@@ -5,13 +5,22 @@
 // pointer, a callable or a process-local handle; bytes of items never travel here (they
 // use the data plane, io/transport/data_plane.h), only the name of the channel that carries
 // them. docs/protocol.md says who sends each message, who answers with what, and when.
+// Every struct ends with `MailboxOrder order{}` (actors/state/mailbox_order.h), which is not
+// sent: it shows ThreadSanitizer that a message's fields were written before its handler
+// reads them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "actors/state/mailbox_order.h"
+
 namespace shardyard::actors {
+
+// The version of this protocol. A rank joins only a coordinator of the same version
+// (JoinRequest); change it with any change of a message's fields or meaning.
+inline constexpr uint32_t kProtocolVersion = 1;
 
 // What defines a job; the coordinator hands it to every rank that joins.
 struct JobInfo {
@@ -28,23 +37,29 @@ struct JobInfo {
   uint32_t workers = 1;
   uint32_t batch_size = 1;
   bool exact_order = true;
+  MailboxOrder order{};
 };
 
-// rank -> coordinator: join the job; reply JobInfo, or an error when the fingerprint or the
-// topology does not match the job.
+// rank -> coordinator: join the job; reply JobInfo, or an error when the protocol version,
+// the fingerprint or the topology does not match the job. The version is the first field
+// on the wire (actors/protocol.h), so every later version can still read it.
 struct JoinRequest {
   uint32_t rank = 0;
   uint32_t workers = 0;
   uint64_t fingerprint = 0;
+  uint32_t protocol_version = kProtocolVersion;
+  MailboxOrder order{};
 };
 
 // dispatcher -> coordinator: the shared key of an epoch; reply EpochKey.
 struct EpochKeyRequest {
   uint32_t epoch = 0;
+  MailboxOrder order{};
 };
 struct EpochKey {
   uint32_t epoch = 0;
   uint64_t key = 0;
+  MailboxOrder order{};
 };
 
 // loader -> dispatcher: start an epoch, feeding the named channels (one per worker, or one
@@ -54,6 +69,7 @@ struct EpochStart {
   uint32_t epoch = 0;
   std::vector<std::string> channels;  // size 1 (shared) or W
   std::string route;  // dispatch modes: the route from the dispatcher to the workers
+  MailboxOrder order{};
 };
 
 // The rank's share of the epoch, enough for the loader to merge worker output in order.
@@ -71,6 +87,7 @@ struct EpochTicket {
   uint64_t layout_step0 = 0;
   uint64_t layout_offset = 0;
   uint64_t layout_items = 0;
+  MailboxOrder order{};
 };
 
 // dispatcher -> worker: produce these shards' items of this epoch into `channel`, each
@@ -90,9 +107,20 @@ struct WorkUnit {
   std::vector<std::string> stage_states;  // saved worker states (encode_stage_states)
   bool rescaled = false;                  // the states come from another topology
   std::string route;
+  MailboxOrder order{};
 };
 
-// worker -> dispatcher: the unit is finished (ok == false: `error` says why).
+// worker -> dispatcher: the reply to a WorkUnit, at once: the worker took the unit and runs
+// it (WorkerDone follows when it ends).
+struct UnitAccepted {
+  uint32_t rank = 0;
+  uint32_t worker = 0;
+  uint32_t epoch = 0;
+  MailboxOrder order{};
+};
+
+// worker (or the dispatcher's feed) -> dispatcher: the unit is finished (ok == false:
+// `error` says why).
 struct WorkerDone {
   uint32_t rank = 0;
   uint32_t worker = 0;
@@ -101,6 +129,7 @@ struct WorkerDone {
   uint64_t bytes = 0;
   bool ok = true;
   std::string error;
+  MailboxOrder order{};
 };
 
 // loader -> coordinator: the rank's trainer consumed the whole epoch.
@@ -109,6 +138,7 @@ struct RankEpochDone {
   uint32_t epoch = 0;
   uint64_t steps = 0;
   uint64_t items = 0;
+  MailboxOrder order{};
 };
 
 // loader side -> loader actor: where the trainer is (the cursor).
@@ -117,6 +147,7 @@ struct StepReport {
   uint32_t epoch = 0;
   uint64_t step = 0;   // steps consumed in this epoch
   uint64_t items = 0;  // items consumed in this epoch
+  MailboxOrder order{};
 };
 
 // ---- checkpoints (docs/checkpoint-format.md, docs/protocol.md) --------------------------
@@ -138,10 +169,12 @@ struct SaveRequest {
   std::vector<std::string> worker_states;  // by worker of the rank
   std::string dispatcher_state;            // the rank's non-replicable stages
   std::string loader_state;                // the stages after the merge point
+  MailboxOrder order{};
 };
 struct SaveDone {
   uint64_t generation = 0;
   uint64_t bytes = 0;  // size of this rank's file
+  MailboxOrder order{};
 };
 
 // checkpoint actor -> coordinator: a rank starts saving a cut; reply CheckpointGeneration,
@@ -153,9 +186,11 @@ struct CheckpointBegin {
   uint32_t epoch = 0;
   uint64_t step = 0;
   uint64_t proposed_generation = 0;  // next_generation() as this rank saw the directory
+  MailboxOrder order{};
 };
 struct CheckpointGeneration {
   uint64_t generation = 0;
+  MailboxOrder order{};
 };
 
 // checkpoint actor -> coordinator: this rank's file is durable. The reply, CheckpointCommitted,
@@ -172,9 +207,11 @@ struct RankSaved {
   std::string file;  // name inside dir
   uint64_t size = 0;
   uint64_t checksum = 0;
+  MailboxOrder order{};
 };
 struct CheckpointCommitted {
   uint64_t generation = 0;
+  MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: this rank could not write its file of the cut (a full
 // disk, a lost mount). The coordinator aborts the cut at once: every rank waiting for its
@@ -185,6 +222,7 @@ struct RankSaveFailed {
   std::string dir;
   uint64_t generation = 0;
   std::string error;
+  MailboxOrder order{};
 };
 // The coordinator's committer (a short-lived detached actor that writes CHECKPOINT, so the
 // coordinator never blocks on a disk) -> coordinator: the commit's outcome.
@@ -192,12 +230,14 @@ struct CommitOutcome {
   uint64_t generation = 0;
   bool ok = true;
   std::string error;
+  MailboxOrder order{};
 };
 
 // Loader -> its checkpoint actor: resume from the checkpoint in `dir`. The actor loads it
 // and offers it to the coordinator; reply ResumeGrant (also forwarded to the dispatcher).
 struct RestoreRequest {
   std::string dir;
+  MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: what this rank loaded, as the files' bytes (decoded and
 // validated again by the coordinator with the same functions). Reply ResumeGrant.
@@ -206,6 +246,7 @@ struct ResumeOffer {
   std::string dir;
   std::string manifest;                 // the CHECKPOINT file
   std::vector<std::string> rank_files;  // by rank of the saved topology
+  MailboxOrder order{};
 };
 // coordinator -> rank (-> dispatcher): where the rank resumes. `epoch` is the first epoch
 // to run; when `partial`, it resumes at the cursor below, else it starts afresh.
@@ -231,12 +272,17 @@ struct ResumeGrant {
   bool ranks_changed = false;
   bool rescaled = false;
   uint64_t generation = 0;
+  MailboxOrder order{};
 };
-struct ResumeAck {};
+struct ResumeAck {
+  MailboxOrder order{};
+};
 
 // anyone -> any role: a plain snapshot of the actor's state (for the monitor and tests;
 // docs/monitor.md says what each field means for each role).
-struct SnapshotRequest {};
+struct SnapshotRequest {
+  MailboxOrder order{};
+};
 struct ActorSnapshot {
   std::string role;  // coordinator, dispatcher, worker, loader, checkpoint
   uint32_t rank = 0;
@@ -255,21 +301,26 @@ struct ActorSnapshot {
   double input_wait_s = 0;      // time blocked waiting for input, in total
   double output_wait_s = 0;     // time blocked waiting for its consumer, in total
   double uptime_s = 0;          // since the actor started
+  MailboxOrder order{};
 };
 
 // coordinator -> a rank process (in a job of several processes): what the process hosts,
 // for the monitor. The reply is a RankReport (actors/state/job_status.h): the status of
 // each rank it hosts and its metric samples. Not sent yet (docs/monitor.md).
-struct RankReportRequest {};
+struct RankReportRequest {
+  MailboxOrder order{};
+};
 
 // owner -> role: stop; the role replies ShutdownAck after it has let go of what it holds.
 struct ShutdownRequest {
   std::string reason;
+  MailboxOrder order{};
 };
 struct ShutdownAck {
   std::string role;
   uint32_t rank = 0;
   uint32_t worker = 0;
+  MailboxOrder order{};
 };
 
 }  // namespace shardyard::actors

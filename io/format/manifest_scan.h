@@ -30,7 +30,7 @@
 
 namespace shardyard::io {
 
-enum class OnCorrupt { kFail, kSkip };
+using shardyard::OnCorrupt;  // runtime/manifest.h
 
 enum class CacheMode {
   kUse,      // read the cached manifest when it is fresh, else scan and write it
@@ -53,12 +53,7 @@ struct ScanOptions {
   CacheMode cache_mode = CacheMode::kUse;
 };
 
-struct ScanReport {
-  bool from_cache = false;
-  std::string cache_path;             // where it was read from or written to
-  std::vector<std::string> skipped;   // one per damaged source (kSkip): what was skipped
-  std::vector<std::string> warnings;  // other news, such as a cache that was not written
-};
+using shardyard::ScanReport;  // runtime/manifest.h
 
 // Scans one source.
 Result<SourceEntry> scan_source(FileSystem& fs, const SourceRef& ref, OnCorrupt on_corrupt,

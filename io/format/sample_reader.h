@@ -47,10 +47,6 @@
 
 namespace shardyard::io {
 
-// The default bound on one sample's bytes (LoaderOptions::max_sample_bytes,
-// `shardyard run --max-sample-bytes`).
-inline constexpr uint64_t kDefaultMaxSampleBytes = uint64_t{256} << 20;
-
 struct SampleReaderOptions {
   size_t max_open_files = 64;
   size_t map_threshold_bytes = 256u << 10;  // ranges at least this long are mapped

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "io/fs/mapping_guard.h"
+#include "io/fs/uri.h"
 
 namespace shardyard::io {
 
@@ -121,6 +122,40 @@ class LocalFile : public RandomAccessFile {
   std::string uri_;
 };
 
+class LocalWritableFile : public WritableFile {
+ public:
+  LocalWritableFile(int fd, std::string uri) : fd_(fd), uri_(std::move(uri)) {}
+  ~LocalWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status append(std::string_view bytes) override {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return io_error("cannot write " + uri_ + ": " + errno_text(n < 0 ? errno : ENOSPC));
+      done += static_cast<size_t>(n);
+    }
+    return Status::ok();
+  }
+  Status sync() override {
+    if (::fsync(fd_) != 0) return io_error("cannot flush " + uri_ + ": " + errno_text(errno));
+    return Status::ok();
+  }
+  Status close() override {
+    const int fd = fd_;
+    fd_ = -1;
+    if (fd >= 0 && ::close(fd) != 0)
+      return io_error("cannot flush " + uri_ + ": " + errno_text(errno));
+    return Status::ok();
+  }
+
+ private:
+  int fd_;
+  std::string uri_;
+};
+
 class LocalFileSystem : public FileSystem {
  public:
   Result<FileInfo> stat(const std::string& uri) override {
@@ -180,6 +215,41 @@ class LocalFileSystem : public FileSystem {
     }
     std::sort(out.begin(), out.end());
     return out;
+  }
+
+  Result<std::unique_ptr<WritableFile>> new_writable_file(const std::string& uri) override {
+    int fd = ::open(uri.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return io_error("cannot write " + uri + ": " + errno_text(errno));
+    return std::unique_ptr<WritableFile>(new LocalWritableFile(fd, uri));
+  }
+
+  Status rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return io_error("cannot rename " + from + " to " + to + ": " + errno_text(errno));
+    return Status::ok();
+  }
+
+  Status remove(const std::string& uri) override {
+    if (::unlink(uri.c_str()) != 0) {
+      if (errno == ENOENT) return not_found(uri + ": no such file");
+      return io_error("cannot remove " + uri + ": " + errno_text(errno));
+    }
+    return Status::ok();
+  }
+
+  Status create_dir(const std::string& uri) override {
+    if (::mkdir(uri.c_str(), 0755) != 0 && errno != EEXIST)
+      return io_error("cannot create directory " + uri + ": " + errno_text(errno));
+    return Status::ok();
+  }
+
+  Status sync_dir(const std::string& uri) override {
+    int dfd = ::open(uri.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return io_error("cannot open directory " + uri + ": " + errno_text(errno));
+    int rc = ::fsync(dfd), err = errno;
+    ::close(dfd);
+    if (rc != 0) return io_error("cannot flush directory " + uri + ": " + errno_text(err));
+    return Status::ok();
   }
 };
 
@@ -273,46 +343,35 @@ FileSystem& local_file_system() {
   return fs;
 }
 
-Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync_dir) {
+Status write_file_atomic(FileSystem& fs, const std::string& path, std::string_view bytes,
+                         bool sync_dir) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp =
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("cannot write " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return io_error("cannot write " + tmp + ": " + std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
+  SY_ASSIGN_OR_RETURN(auto file, fs.new_writable_file(tmp));
+  Status st = file->append(bytes);
+  if (st.is_ok()) st = file->sync();
+  if (st.is_ok()) st = file->close();
+  file.reset();
+  if (st.is_ok()) st = fs.rename(tmp, path);
+  if (!st.is_ok()) {
+    (void)fs.remove(tmp);  // best effort: a temporary left behind goes with the next commit
+    return st;
   }
-  int synced = ::fsync(fd), sync_err = errno;
-  int closed = ::close(fd), close_err = errno;
-  if (synced != 0 || closed != 0) {
-    ::unlink(tmp.c_str());
-    return io_error("cannot flush " + tmp + ": " +
-                    std::strerror(synced != 0 ? sync_err : close_err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return io_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(err));
-  }
-  if (sync_dir) {
-    auto slash = path.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return io_error("cannot open directory " + dir + ": " + std::strerror(errno));
-    int rc = ::fsync(dfd), err = errno;
-    ::close(dfd);
-    if (rc != 0) return io_error("cannot flush directory " + dir + ": " + std::strerror(err));
-  }
-  return Status::ok();
+  if (!sync_dir) return Status::ok();
+  auto slash = path.rfind('/');
+  return fs.sync_dir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
+Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync_dir) {
+  return write_file_atomic(local_file_system(), path, bytes, sync_dir);
+}
+
+Result<std::string> read_file(FileSystem& fs, const std::string& uri) {
+  SY_ASSIGN_OR_RETURN(auto file, fs.open(uri));
+  std::string bytes(static_cast<size_t>(file->size()), '\0');
+  SY_RETURN_IF_ERROR(read_exact(*file, 0, bytes.data(), bytes.size()));
+  return bytes;
 }
 
 Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n) {
@@ -332,3 +391,29 @@ std::unique_ptr<ByteStream> memory_stream(std::string bytes) {
 }
 
 }  // namespace shardyard::io
+
+namespace shardyard {
+
+// The writing half of a file system that only reads (HTTP, S3, a user's store): every call
+// names the uri and where checkpoints can go instead.
+namespace {
+Status read_only(const char* what, const std::string& uri) {
+  return invalid_argument("cannot " + std::string(what) + " " + io::redact_url(uri) +
+                          ": this file system only reads; write checkpoints to a local or "
+                          "mounted directory");
+}
+}  // namespace
+
+Result<std::unique_ptr<WritableFile>> FileSystem::new_writable_file(const std::string& uri) {
+  return read_only("write", uri);
+}
+Status FileSystem::rename(const std::string& from, const std::string&) {
+  return read_only("rename", from);
+}
+Status FileSystem::remove(const std::string& uri) { return read_only("remove", uri); }
+Status FileSystem::create_dir(const std::string& uri) {
+  return read_only("create the directory", uri);
+}
+Status FileSystem::sync_dir(const std::string& uri) { return read_only("flush", uri); }
+
+}  // namespace shardyard

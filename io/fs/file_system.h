@@ -1,13 +1,14 @@
-// FileSystem: where source bytes come from.
+// The local file system, and the io helpers over any FileSystem (io/fs/interface.h).
 //
-// A FileSystem resolves a uri to metadata, a random-access reader, or a listing. The local
-// file system is here; HTTP(S) and S3 (io/remote/remote_file_system.h) implement the same
-// interface with connection reuse, ranged reads, read-ahead and retries inside, and
-// io::default_file_system() there routes each uri to the one its scheme names. Test doubles (in
-// memory, failing) live in tests/io/.
+// A FileSystem resolves a uri to metadata, a random-access reader, or a listing, and, for
+// checkpoints, writes. The local file system is here; HTTP(S) and S3
+// (io/remote/remote_file_system.h) implement the reading half with connection reuse, ranged
+// reads, read-ahead and retries inside, and io::default_file_system() there routes each uri
+// to the one its scheme names. Test doubles (in memory, slow, failing) live in
+// tests/io/fs/test_file_systems.h.
 //
-// Thread-safety: FileSystem implementations are thread-safe. A RandomAccessFile may be
-// read from several threads at once (read_at has no cursor); a ByteStream has one owner.
+// Thread-safety: the local file system and the functions are thread-safe; a ByteStream has
+// one owner.
 #pragma once
 
 #include <cstdint>
@@ -16,60 +17,18 @@
 #include <string_view>
 #include <vector>
 
+#include "io/fs/interface.h"
 #include "runtime/status.h"
 
 namespace shardyard::io {
 
-struct FileInfo {
-  std::string uri;
-  bool is_directory = false;
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-  int64_t ctime_ns = 0;  // local files: status change time (0 where unknown)
-  uint64_t inode = 0;    // local files: inode number (0 where unknown)
-};
-
-// A read-only view of a byte range of a file, valid while the object lives (a memory
-// mapping of the page cache for local files: no copy is made).
-class MappedRange {
- public:
-  virtual ~MappedRange() = default;
-  virtual const uint8_t* data() const = 0;
-  virtual size_t size() const = 0;
-};
-
-class RandomAccessFile {
- public:
-  virtual ~RandomAccessFile() = default;
-  // Reads up to n bytes at `offset`; fewer only at the end of the file.
-  virtual Result<size_t> read_at(uint64_t offset, void* dst, size_t n) = 0;
-  // Maps [offset, offset + n) read-only, or nullptr when this file cannot be mapped (the
-  // caller then reads). Fails when the range is past the end of the file.
-  virtual Result<std::shared_ptr<const MappedRange>> map(uint64_t /*offset*/, size_t /*n*/) {
-    return std::shared_ptr<const MappedRange>();
-  }
-  // A hint that [offset, offset + n) will be read soon: a remote file starts fetching it
-  // in the background. Never required for correctness.
-  virtual void will_need(uint64_t /*offset*/, size_t /*n*/) {}
-  virtual uint64_t size() const = 0;
-  virtual const std::string& uri() const = 0;
-  // What identifies this version of the file for the manifest cache (FileInfo::mtime_ns):
-  // the modification time of a local file, a stamp of Last-Modified and ETag for a remote
-  // object (http_util.h: remote_version_stamp), read when the file was opened.
-  virtual int64_t version() const { return 0; }
-};
-
-class FileSystem {
- public:
-  virtual ~FileSystem() = default;
-  // kNotFound when the uri does not exist. The local file system refuses
-  // (kInvalidArgument) what is neither a regular file nor a directory, such as a FIFO,
-  // which would block a reader forever; open() refuses it too.
-  virtual Result<FileInfo> stat(const std::string& uri) = 0;
-  virtual Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) = 0;
-  // Regular files below a directory, recursively, as sorted paths relative to it.
-  virtual Result<std::vector<std::string>> list(const std::string& dir_uri) = 0;
-};
+// The interface is public (io/fs/interface.h); io code names it io::FileSystem as before.
+using shardyard::FileInfo;
+using shardyard::FileSystem;
+using shardyard::FileSystemWrapper;
+using shardyard::MappedRange;
+using shardyard::RandomAccessFile;
+using shardyard::WritableFile;
 
 // The process's local file system (a singleton).
 FileSystem& local_file_system();
@@ -77,10 +36,16 @@ FileSystem& local_file_system();
 // Reads exactly n bytes at offset or fails with a message naming the file and offset.
 Status read_exact(RandomAccessFile& f, uint64_t offset, void* dst, size_t n);
 
-// Writes a local file atomically: a temporary file beside `path`, fsync, rename over
-// `path`, and with `sync_dir` an fsync of the directory so the rename itself is durable.
-// Readers see the old bytes or the new, never a part; a crash leaves at most a temporary.
+// Writes `path` atomically through `fs`: a temporary file beside it, sync, rename over
+// `path`, and with `sync_dir` a sync of the directory so the rename itself is durable.
+// Readers see the old bytes or the new, never a part; a crash leaves at most a temporary
+// (named `path`.tmp.PID.N), which a failed write removes.
+Status write_file_atomic(FileSystem& fs, const std::string& path, std::string_view bytes,
+                         bool sync_dir);
+// The same on the local file system.
 Status write_file_atomic(const std::string& path, std::string_view bytes, bool sync_dir);
+// The whole file; kNotFound when it does not exist.
+Result<std::string> read_file(FileSystem& fs, const std::string& uri);
 
 // A sequential byte stream with skipping (file, decompressor).
 class ByteStream {

@@ -1,13 +1,7 @@
 #include "io/persist/checkpoint_store.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "io/fs/file_system.h"
 
@@ -39,43 +33,27 @@ uint64_t generation_of(const std::string& name) {
 // Removes rank files of generations below `below` other than `committed`, rank
 // temporaries below `below` (the committed generation's too: its files are final), and
 // CHECKPOINT's temporaries. A file that cannot be removed now goes later.
-void remove_stale(const std::string& dir, uint64_t committed, uint64_t below) {
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+void remove_stale(FileSystem& fs, const std::string& dir, uint64_t committed, uint64_t below) {
+  auto names = fs.list(dir);
+  if (!names.is_ok()) return;  // the garbage goes the next time
+  for (const auto& name : *names) {
     const size_t tmp = name.find(".tmp.");
     // A temporary is "<final name>.tmp.<pid>.<n>": judged by its final name.
     const std::string final_name = tmp == std::string::npos ? name : name.substr(0, tmp);
     const uint64_t gen = generation_of(final_name);
     const bool is_tmp = tmp != std::string::npos;
     const bool stale_rank = gen != 0 && gen < below && (is_tmp || gen != committed);
-    const bool stale_manifest_tmp =
-        tmp != std::string::npos && final_name == kCheckpointManifestName;
-    std::error_code ignored;
-    if (stale_rank || stale_manifest_tmp) std::filesystem::remove(it->path(), ignored);
+    const bool stale_manifest_tmp = is_tmp && final_name == kCheckpointManifestName;
+    if (stale_rank || stale_manifest_tmp) (void)fs.remove(join(dir, name));
   }
 }
 
 }  // namespace
 
-Status write_checkpoint_file(const std::string& dir, const std::string& name,
+Status write_checkpoint_file(FileSystem& fs, const std::string& dir, const std::string& name,
                              std::string_view bytes) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return io_error("cannot create checkpoint directory " + dir + ": " + std::strerror(errno));
-  return write_file_atomic(join(dir, name), bytes, /*sync_dir=*/true);
-}
-
-Result<std::string> read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) return not_found(path + ": no such file");
-    return io_error("cannot read " + path + ": " + std::strerror(errno));
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return io_error("cannot read " + path);
-  return out.str();
+  SY_RETURN_IF_ERROR(fs.create_dir(dir));
+  return write_file_atomic(fs, join(dir, name), bytes, /*sync_dir=*/true);
 }
 
 std::string rank_file_name(uint32_t rank, uint64_t generation) {
@@ -85,33 +63,34 @@ std::string rank_file_name(uint32_t rank, uint64_t generation) {
   return buf;
 }
 
-Result<uint64_t> next_generation(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::exists(dir, ec)) return uint64_t{1};
+Result<uint64_t> next_generation(FileSystem& fs, const std::string& dir) {
+  auto info = fs.stat(dir);
+  if (!info.is_ok() && info.status().code() == StatusCode::kNotFound) return uint64_t{1};
   uint64_t top = 0;
-  auto manifest = read_whole_file(join(dir, kCheckpointManifestName));
+  auto manifest = read_file(fs, join(dir, kCheckpointManifestName));
   if (manifest.is_ok()) {
     auto m = decode_checkpoint_manifest(*manifest, join(dir, kCheckpointManifestName));
     if (m.is_ok()) top = m->generation;
   }
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-    top = std::max(top, generation_of(it->path().filename().string()));
-  if (ec) return io_error("cannot list checkpoint directory " + dir + ": " + ec.message());
+  auto names = fs.list(dir);
+  if (!names.is_ok())
+    return io_error("cannot list checkpoint directory " + dir + ": " + names.status().message());
+  for (const auto& name : *names) top = std::max(top, generation_of(name));
   return top + 1;
 }
 
-Status commit_checkpoint(const std::string& dir, const CheckpointManifest& manifest) {
-  SY_RETURN_IF_ERROR(
-      write_checkpoint_file(dir, kCheckpointManifestName, encode_checkpoint_manifest(manifest)));
+Status commit_checkpoint(FileSystem& fs, const std::string& dir,
+                         const CheckpointManifest& manifest) {
+  SY_RETURN_IF_ERROR(write_checkpoint_file(fs, dir, kCheckpointManifestName,
+                                           encode_checkpoint_manifest(manifest)));
   // The commit is durable: what other generations and interrupted saves left is garbage.
-  remove_stale(dir, manifest.generation, UINT64_MAX);
+  remove_stale(fs, dir, manifest.generation, UINT64_MAX);
   return Status::ok();
 }
 
-void remove_uncommitted(const std::string& dir, uint64_t below) {
+void remove_uncommitted(FileSystem& fs, const std::string& dir, uint64_t below) {
   uint64_t committed = 0;
-  auto bytes = read_whole_file(join(dir, kCheckpointManifestName));
+  auto bytes = read_file(fs, join(dir, kCheckpointManifestName));
   if (bytes.is_ok()) {
     auto m = decode_checkpoint_manifest(*bytes, join(dir, kCheckpointManifestName));
     if (!m.is_ok()) return;  // not ours to judge: it may be of a newer format
@@ -119,16 +98,16 @@ void remove_uncommitted(const std::string& dir, uint64_t below) {
   } else if (bytes.status().code() != StatusCode::kNotFound) {
     return;
   }
-  remove_stale(dir, committed, below);
+  remove_stale(fs, dir, committed, below);
 }
 
-Result<CheckpointFiles> read_checkpoint_files(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
+Result<CheckpointFiles> read_checkpoint_files(FileSystem& fs, const std::string& dir) {
+  auto info = fs.stat(dir);
+  if (!info.is_ok() || !info->is_directory)
     return not_found(dir + ": no checkpoint here (not a directory)");
   const std::string manifest_path = join(dir, kCheckpointManifestName);
   CheckpointFiles files;
-  auto bytes = read_whole_file(manifest_path);
+  auto bytes = read_file(fs, manifest_path);
   if (!bytes.is_ok()) {
     if (bytes.status().code() == StatusCode::kNotFound)
       return not_found(dir + ": no checkpoint here (no " + kCheckpointManifestName + " file)");
@@ -140,7 +119,7 @@ Result<CheckpointFiles> read_checkpoint_files(const std::string& dir) {
   for (const auto& ref : manifest.ranks) {
     if (ref.rank >= files.rank_files.size())
       return corrupt(manifest_path + " names rank " + std::to_string(ref.rank) + " out of range");
-    auto file = read_whole_file(join(dir, ref.name));
+    auto file = read_file(fs, join(dir, ref.name));
     if (!file.is_ok()) {
       if (file.status().code() == StatusCode::kNotFound)
         return not_found("checkpoint in " + dir + " is incomplete: the rank file of rank " +
@@ -152,8 +131,8 @@ Result<CheckpointFiles> read_checkpoint_files(const std::string& dir) {
   return files;
 }
 
-Result<Checkpoint> load_checkpoint(const std::string& dir) {
-  SY_ASSIGN_OR_RETURN(auto files, read_checkpoint_files(dir));
+Result<Checkpoint> load_checkpoint(FileSystem& fs, const std::string& dir) {
+  SY_ASSIGN_OR_RETURN(auto files, read_checkpoint_files(fs, dir));
   return decode_checkpoint(files.manifest, files.rank_files, dir);
 }
 

@@ -255,6 +255,27 @@ class RoutingFileSystem : public FileSystem {
     SY_ASSIGN_OR_RETURN(auto* fs, pick(dir_uri));
     return fs->list(dir_uri);
   }
+  // Writes go where the uri points: local paths write, remote ones refuse (they only read).
+  Result<std::unique_ptr<WritableFile>> new_writable_file(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto* fs, pick(uri));
+    return fs->new_writable_file(uri);
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    SY_ASSIGN_OR_RETURN(auto* fs, pick(from));
+    return fs->rename(from, to);
+  }
+  Status remove(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto* fs, pick(uri));
+    return fs->remove(uri);
+  }
+  Status create_dir(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto* fs, pick(uri));
+    return fs->create_dir(uri);
+  }
+  Status sync_dir(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto* fs, pick(uri));
+    return fs->sync_dir(uri);
+  }
 
  private:
   struct Lazy {

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
+
+#include "runtime/mutex.h"
 
 namespace shardyard::io {
 
@@ -17,10 +17,10 @@ class InprocChannel : public Channel {
       : producers_(producers), capacity_(std::max<size_t>(1, capacity)) {}
 
   Status push(Packet packet) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!cancelled_ && queue_.size() >= capacity_) {
       ++producers_waiting_;
-      not_full_.wait(lock, [&] { return cancelled_ || queue_.size() < capacity_; });
+      while (!cancelled_ && queue_.size() >= capacity_) not_full_.wait(&mu_);
       --producers_waiting_;
     }
     if (cancelled_) return cancelled("the consumer stopped reading");
@@ -33,20 +33,17 @@ class InprocChannel : public Channel {
   }
 
   void finish(Status status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!status.is_ok() && error_.is_ok()) error_ = std::move(status);
     if (finished_ < producers_) ++finished_;
     not_empty_.notify_all();
   }
 
   Result<bool> pop(Packet* out) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto ready = [&] {
-      return !queue_.empty() || !error_.is_ok() || finished_ == producers_ || cancelled_;
-    };
+    MutexLock lock(&mu_);
     if (!ready()) {
       consumer_waiting_ = true;
-      not_empty_.wait(lock, ready);
+      while (!ready()) not_empty_.wait(&mu_);
       consumer_waiting_ = false;
     }
     if (!error_.is_ok()) return error_;
@@ -60,7 +57,7 @@ class InprocChannel : public Channel {
   }
 
   void cancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
     queue_.clear();
     bytes_ = 0;
@@ -69,26 +66,30 @@ class InprocChannel : public Channel {
   }
 
   size_t depth() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return queue_.size();
   }
   uint64_t queued_bytes() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return bytes_;
   }
 
  private:
+  bool ready() const SY_REQUIRES(mu_) {
+    return !queue_.empty() || !error_.is_ok() || finished_ == producers_ || cancelled_;
+  }
+
   const uint32_t producers_;
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable not_full_, not_empty_;
-  std::deque<Packet> queue_;        // guarded by mu_
-  uint64_t bytes_ = 0;              // guarded by mu_: Packet::bytes of queue_
-  uint32_t finished_ = 0;           // guarded by mu_
-  Status error_;                    // guarded by mu_
-  bool cancelled_ = false;          // guarded by mu_
-  bool consumer_waiting_ = false;   // guarded by mu_
-  uint32_t producers_waiting_ = 0;  // guarded by mu_
+  mutable Mutex mu_;
+  CondVar not_full_, not_empty_;
+  std::deque<Packet> queue_ SY_GUARDED_BY(mu_);
+  uint64_t bytes_ SY_GUARDED_BY(mu_) = 0;  // Packet::bytes of queue_
+  uint32_t finished_ SY_GUARDED_BY(mu_) = 0;
+  Status error_ SY_GUARDED_BY(mu_);
+  bool cancelled_ SY_GUARDED_BY(mu_) = false;
+  bool consumer_waiting_ SY_GUARDED_BY(mu_) = false;
+  uint32_t producers_waiting_ SY_GUARDED_BY(mu_) = 0;
 };
 
 class InprocRoute : public Route {
@@ -100,7 +101,7 @@ class InprocRoute : public Route {
   }
 
   Status send(Item item) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (cancelled_) return cancelled("the route was reset");
     // By key: the dispatcher chose the worker (Item::worker) from the item's routing key.
     const uint64_t to = mode_ == Dispatch::kOnRequest ? 0
@@ -113,7 +114,7 @@ class InprocRoute : public Route {
   }
 
   Status send_shard(std::shared_ptr<const SharedShard> shard) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (cancelled_) return cancelled("the route was reset");
     for (auto& q : queues_) {
       q->shards.push_back(shard);
@@ -123,10 +124,10 @@ class InprocRoute : public Route {
   }
 
   Status wait_consumed(uint64_t position) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (!cancelled_ && consumed_ < position) {  // the dispatcher or a broadcast worker
       ++producers_waiting_;
-      producer_cv_.wait(lock);
+      producer_cv_.wait(&mu_);
       --producers_waiting_;
     }
     if (cancelled_) return cancelled("the route was reset");
@@ -134,23 +135,20 @@ class InprocRoute : public Route {
   }
 
   void finish(Status status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     finished_ = true;
     if (!status.is_ok() && error_.is_ok()) error_ = std::move(status);
     for (auto& q : queues_) q->cv.notify_all();
   }
 
   Result<Delivery> receive(uint32_t worker, bool wait) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Queue& q = *queues_[mode_ == Dispatch::kOnRequest ? 0 : worker % workers_];
-    auto ready = [&] {
-      return cancelled_ || !error_.is_ok() || finished_ || !q.items.empty() || !q.shards.empty();
-    };
     Delivery d;
-    if (!ready()) {
+    if (!ready(q)) {
       if (!wait) return d;
       ++q.waiters;
-      q.cv.wait(lock, ready);
+      while (!ready(q)) q.cv.wait(&mu_);
       --q.waiters;
     }
     if (cancelled_) return cancelled("the route was reset");
@@ -180,7 +178,7 @@ class InprocRoute : public Route {
   }
 
   void consumed(uint64_t position) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (position <= consumed_) return;
     consumed_ = position;
     consumed_hint_.store(position, std::memory_order_release);
@@ -188,7 +186,7 @@ class InprocRoute : public Route {
   }
 
   void cancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
     for (auto& q : queues_) {
       q->items.clear();
@@ -204,47 +202,57 @@ class InprocRoute : public Route {
   Dispatch mode() const override { return mode_; }
   uint32_t window() const override { return window_; }
   size_t depth() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     size_t n = 0;
     for (const auto& q : queues_) n += q->items.size() + q->shards.size();
     return n;
   }
 
  private:
+  // One worker's deliveries (one shared by all workers on request); its contents are
+  // guarded by the route's mu_ (the analysis cannot name another object's mutex here).
   struct Queue {
     std::deque<Item> items;
     std::deque<std::shared_ptr<const SharedShard>> shards;
     uint32_t waiters = 0;
-    std::condition_variable cv;
+    CondVar cv;
   };
+  bool ready(const Queue& q) const SY_REQUIRES(mu_) {
+    return cancelled_ || !error_.is_ok() || finished_ || !q.items.empty() || !q.shards.empty();
+  }
+
   const Dispatch mode_;
   const uint32_t workers_;
   const uint32_t window_;
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Queue>> queues_;  // contents guarded by mu_
-  std::condition_variable producer_cv_;
-  uint64_t consumed_ = 0;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<Queue>> queues_;  // fixed at construction; contents under mu_
+  CondVar producer_cv_;
+  uint64_t consumed_ SY_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> consumed_hint_{0};
-  uint32_t producers_waiting_ = 0;  // guarded by mu_
-  bool finished_ = false;           // guarded by mu_
-  bool cancelled_ = false;          // guarded by mu_
-  Status error_;                    // guarded by mu_
+  uint32_t producers_waiting_ SY_GUARDED_BY(mu_) = 0;
+  bool finished_ SY_GUARDED_BY(mu_) = false;
+  bool cancelled_ SY_GUARDED_BY(mu_) = false;
+  Status error_ SY_GUARDED_BY(mu_);
 };
 
 class InprocDataPlane : public DataPlane {
  public:
   std::shared_ptr<Channel> open_channel(const std::string& name, uint32_t producers,
                                         size_t capacity) override {
+    MutexLock lock(&mu_);
     return remember(channels_, name, std::make_shared<InprocChannel>(producers, capacity));
   }
   std::shared_ptr<Channel> attach(const std::string& name) override {
+    MutexLock lock(&mu_);
     return find(channels_, name);
   }
   std::shared_ptr<Route> open_route(const std::string& name, Dispatch mode, uint32_t workers,
                                     uint32_t window) override {
+    MutexLock lock(&mu_);
     return remember(routes_, name, std::make_shared<InprocRoute>(mode, workers, window));
   }
   std::shared_ptr<Route> attach_route(const std::string& name) override {
+    MutexLock lock(&mu_);
     return find(routes_, name);
   }
   const char* kind() const override { return "inproc"; }
@@ -255,23 +263,21 @@ class InprocDataPlane : public DataPlane {
   // Names `opened` (forgetting the closed ones: the consumer that opened them let go).
   template <typename T, typename Opened>
   std::shared_ptr<T> remember(Names<T>& names, const std::string& name,
-                              std::shared_ptr<Opened> opened) {
-    std::lock_guard<std::mutex> lock(mu_);
+                              std::shared_ptr<Opened> opened) SY_REQUIRES(mu_) {
     for (auto it = names.begin(); it != names.end();)
       it = it->second.expired() ? names.erase(it) : std::next(it);
     names[name] = opened;
     return opened;
   }
   template <typename T>
-  std::shared_ptr<T> find(Names<T>& names, const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<T> find(Names<T>& names, const std::string& name) SY_REQUIRES(mu_) {
     auto it = names.find(name);
     return it == names.end() ? nullptr : it->second.lock();
   }
 
-  std::mutex mu_;
-  Names<Channel> channels_;  // guarded by mu_
-  Names<Route> routes_;      // guarded by mu_
+  Mutex mu_;
+  Names<Channel> channels_ SY_GUARDED_BY(mu_);
+  Names<Route> routes_ SY_GUARDED_BY(mu_);
 };
 
 }  // namespace

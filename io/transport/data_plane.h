@@ -105,26 +105,37 @@ class Route {
   virtual size_t depth() const = 0;     // deliveries queued now (for the monitor)
 };
 
+}  // namespace shardyard::io
+
+namespace shardyard {
+
+// A job's data plane: it makes and finds the channels and routes by name. The name is
+// public (an Env hands a new one to every job, actors/env.h); the interface is not installed,
+// because the planes between processes will change it.
 class DataPlane {
  public:
   virtual ~DataPlane() = default;
   // The consumer opens a channel for `producers` producers holding at most `capacity`
   // packets, under a name unique in the plane; it lives while the consumer holds it.
-  virtual std::shared_ptr<Channel> open_channel(const std::string& name, uint32_t producers,
-                                                size_t capacity) = 0;
+  virtual std::shared_ptr<io::Channel> open_channel(const std::string& name, uint32_t producers,
+                                                    size_t capacity) = 0;
   // A producer finds a channel by the name it was told (in a control message); null when
   // no open channel has that name.
-  virtual std::shared_ptr<Channel> attach(const std::string& name) = 0;
+  virtual std::shared_ptr<io::Channel> attach(const std::string& name) = 0;
   // The loader opens the route of an epoch (dispatch modes other than kNone) for `workers`
   // workers; `window` bounds how far routed items run ahead of the loader. The dispatcher
   // and the workers attach to it by name.
-  virtual std::shared_ptr<Route> open_route(const std::string& name, Dispatch mode,
-                                            uint32_t workers, uint32_t window) = 0;
-  virtual std::shared_ptr<Route> attach_route(const std::string& name) = 0;
+  virtual std::shared_ptr<io::Route> open_route(const std::string& name, Dispatch mode,
+                                                uint32_t workers, uint32_t window) = 0;
+  virtual std::shared_ptr<io::Route> attach_route(const std::string& name) = 0;
   virtual const char* kind() const = 0;
 };
 
+namespace io {
+using shardyard::DataPlane;
+
 // Pointers inside one process.
 std::unique_ptr<DataPlane> inproc_data_plane();
+}  // namespace io
 
-}  // namespace shardyard::io
+}  // namespace shardyard

@@ -8,8 +8,12 @@
 #include <set>
 #include <thread>
 
+#include <caf/actor_system_config.hpp>
+
 #include "actors/loader.h"
 #include "io/fs/file_system.h"
+#include "io/persist/checkpoint_store.h"
+#include "io/transport/data_plane.h"
 #include "testdata.h"
 
 namespace shardyard {
@@ -37,25 +41,25 @@ class CountSeen : public Stage {
   uint64_t count_ = 0;
 };
 
-// Reads through the local file system, counting the bytes fetched.
-class CountingFileSystem : public io::FileSystem {
+// The local file system, counting the bytes read and the files written (checkpoints).
+class CountingFileSystem : public FileSystemWrapper {
  public:
+  CountingFileSystem() : FileSystemWrapper(&io::local_file_system()) {}
   std::atomic<uint64_t> bytes{0};
-  Result<io::FileInfo> stat(const std::string& uri) override {
-    return io::local_file_system().stat(uri);
+  std::atomic<uint64_t> writes{0};
+  Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto f, target()->open(uri));
+    return std::unique_ptr<RandomAccessFile>(new File(std::move(f), &bytes));
   }
-  Result<std::vector<std::string>> list(const std::string& dir) override {
-    return io::local_file_system().list(dir);
-  }
-  Result<std::unique_ptr<io::RandomAccessFile>> open(const std::string& uri) override {
-    SY_ASSIGN_OR_RETURN(auto f, io::local_file_system().open(uri));
-    return std::unique_ptr<io::RandomAccessFile>(new File(std::move(f), &bytes));
+  Result<std::unique_ptr<WritableFile>> new_writable_file(const std::string& uri) override {
+    ++writes;
+    return target()->new_writable_file(uri);
   }
 
  private:
-  class File : public io::RandomAccessFile {
+  class File : public RandomAccessFile {
    public:
-    File(std::unique_ptr<io::RandomAccessFile> f, std::atomic<uint64_t>* bytes)
+    File(std::unique_ptr<RandomAccessFile> f, std::atomic<uint64_t>* bytes)
         : f_(std::move(f)), bytes_(bytes) {}
     Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
       SY_ASSIGN_OR_RETURN(size_t got, f_->read_at(offset, dst, n));
@@ -66,7 +70,7 @@ class CountingFileSystem : public io::FileSystem {
     const std::string& uri() const override { return f_->uri(); }
 
    private:
-    std::unique_ptr<io::RandomAccessFile> f_;
+    std::unique_ptr<RandomAccessFile> f_;
     std::atomic<uint64_t>* bytes_;
   };
 };
@@ -196,7 +200,8 @@ TEST_F(CheckpointClusterTest, RescaledStageMergesEveryWorkersState) {
 
 TEST_F(CheckpointClusterTest, ResumeReadsOnlyTheShuffleBlockInProgress) {
   CountingFileSystem fs;
-  opt_.file_system = &fs;
+  FileSystemEnv env(&fs);
+  opt_.env = &env;
   opt_.plan.logical_shards = 10;
   uint64_t full_bytes = 0;
   {
@@ -215,6 +220,8 @@ TEST_F(CheckpointClusterTest, ResumeReadsOnlyTheShuffleBlockInProgress) {
     take(**l, cut);
     ASSERT_TRUE((*l)->save(ckpt_).is_ok());
   }
+  // The checkpoint went through the Env's file system: a rank file and CHECKPOINT.
+  EXPECT_EQ(fs.writes.load(), 2u);
   auto l = Loader::open(opt_);
   ASSERT_TRUE(l.is_ok());
   ASSERT_TRUE((*l)->restore(ckpt_).is_ok());
@@ -248,7 +255,69 @@ TEST_F(CheckpointClusterTest, RanksSavingDifferentStepsFailWithoutACheckpoint) {
   for (auto& t : threads) t.join();
   EXPECT_FALSE(saved[0].is_ok());
   EXPECT_FALSE(saved[1].is_ok());
+  // The rank whose cut was not the coordinator's waited in vain for the other: its error names
+  // what it waited for.
+  auto waited = [](const Status& st) {
+    return st.message().find("to SaveRequest within 1500 ms") != std::string::npos;
+  };
+  EXPECT_TRUE(waited(saved[0]) || waited(saved[1])) << saved[0].to_string() << "\n"
+                                                    << saved[1].to_string();
   EXPECT_FALSE(std::filesystem::exists(ckpt_ + "/CHECKPOINT"));
+}
+
+// The default Env with a fixed wall clock, counting what the cluster asks it for.
+class RecordingEnv : public EnvWrapper {
+ public:
+  RecordingEnv() : EnvWrapper(Env::Default()) {}
+  class FixedClock : public Clock {
+   public:
+    int64_t unix_ms() override { return 1234567890123; }
+    int64_t steady_ns() override { return real_clock().steady_ns(); }
+  };
+  Clock* clock() override { return &clock_; }
+  std::shared_ptr<DataPlane> new_data_plane() override {
+    ++data_planes;
+    return EnvWrapper::new_data_plane();
+  }
+  std::unique_ptr<caf::actor_system_config> new_actor_system_config() override {
+    ++configs;
+    auto cfg = EnvWrapper::new_actor_system_config();
+    cfg->set("scheduler.max-threads", 1);  // a placement's own setting
+    return cfg;
+  }
+  std::atomic<int> data_planes{0}, configs{0};
+
+ private:
+  FixedClock clock_;
+};
+
+TEST_F(CheckpointClusterTest, TheClusterTakesClockDataPlaneAndActorSystemFromItsEnv) {
+  RecordingEnv env;
+  opt_.env = &env;
+  {
+    auto l = Loader::open(opt_);
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+    take(**l, 2);
+    ASSERT_TRUE((*l)->save(ckpt_).is_ok());
+  }
+  EXPECT_EQ(env.data_planes.load(), 1);
+  EXPECT_EQ(env.configs.load(), 1);
+  auto ck = io::load_checkpoint(io::local_file_system(), ckpt_);
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->manifest.created_unix_ms, 1234567890123);  // the Env's clock dated it
+}
+
+TEST_F(CheckpointClusterTest, ACheckpointDirectoryTheFileSystemCannotWriteIsRefusedByName) {
+  auto l = Loader::open(opt_);
+  ASSERT_TRUE(l.is_ok());
+  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
+  take(**l, 1);
+  // The default Env reads s3:// but writes only local or mounted directories.
+  Status st = (*l)->save("s3://bucket/ckpt");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("s3://bucket/ckpt"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("local or mounted directory"), std::string::npos) << st.to_string();
 }
 
 TEST_F(CheckpointClusterTest, SaveNeedsEveryRankInTheCluster) {

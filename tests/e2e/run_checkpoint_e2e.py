@@ -291,13 +291,18 @@ def case_kill_during_save(tmp):
     flags = plan_flags(13)
     full, _ = run_piece(src, tmp, "full", 2, 2, 8, *flags)
     ck = os.path.join(tmp, "ck")
-    env = dict(os.environ, SHARDYARD_FAULT_CHECKPOINT_DELAY_MS="3000")
-    cmd = [base.ARGS.shardyard, "run", "--source", src, "--ranks", 2, "--workers", 2,
+    check(base.ARGS.fault_shardyard, "kill_during_save needs --fault-shardyard")
+    if not base.ARGS.fault_shardyard:
+        return
+    # The same command line over a file system that holds every rename onto CHECKPOINT (the
+    # commit) for 3 s, after every rank's file of the cut is durable.
+    cmd = [base.ARGS.fault_shardyard, "--hold-renames-onto", "CHECKPOINT", "--hold-ms", 3000,
+           "--", "run", "--source", src, "--ranks", 2, "--workers", 2,
            "--batch-size", 8, *flags, "--json", "--checkpoint-dir", ck, "--checkpoint-every", 3]
-    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    # Wait for the first commit (step 3), then for the second save's rank files (step 6),
-    # and kill the process while it holds the commit back.
+    # Wait for the first commit (step 3, held 3 s too), then for the second save's rank files
+    # (step 6), and kill the process while it holds that commit back.
     deadline = time.time() + 60
     second = [os.path.join(ck, f"rank-0000{r}.g000002.ckpt") for r in range(2)]
     while time.time() < deadline and not all(os.path.exists(p) for p in second):

@@ -452,6 +452,8 @@ def run_cases(cases, prefix):
     global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardyard", required=True)
+    # shardyard over a fault-injecting file system (tests/e2e/fault_shardyard.cc)
+    ap.add_argument("--fault-shardyard")
     ap.add_argument("case", choices=sorted(cases))
     ARGS = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix=f"{prefix}-")

@@ -1,79 +1,124 @@
-// Tests of the local file system (io/fs/file_system.h) on what is not a regular file: a FIFO
-// given as a source is refused at once, with a message, instead of blocking the reader.
-#include "io/fs/file_system.h"
-
-#include <fcntl.h>
+// Tests of io/fs: the writing half of the FileSystem interface on the local file system,
+// atomic writes through any file system (a failure at any step leaves no temporary and the
+// old file intact), the refusal of a file system that only reads, and the test doubles.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <stdlib.h>
 
-#include <chrono>
-#include <future>
-#include <string>
+#include <filesystem>
+#include <fstream>
 
-#include "io/format/manifest_scan.h"
-#include "tar_fixtures.h"
+#include "io/fs/file_system.h"
+#include "io/fs/test_file_systems.h"
 
 namespace shardyard::io {
 namespace {
 
-using test::TempDir;
+namespace stdfs = std::filesystem;
+using shardyard::testing::FaultFileSystem;
+using shardyard::testing::FsOp;
+using shardyard::testing::MemoryFileSystem;
 
-// Runs `call` on a thread and waits 20 s for it. Were it to block on the FIFO (opening it
-// for reading waits for a writer), a writer opens it then, so the test fails instead of
-// hanging.
-template <typename F>
-auto without_hanging(const std::string& fifo, F call) {
-  auto result = std::async(std::launch::async, call);
-  if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    ADD_FAILURE() << "blocked on the FIFO " << fifo;
-    int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
-    if (fd >= 0) ::close(fd);
+class LocalWriteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "/sy_fs_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << pattern;
+    dir_ = pattern;
   }
-  return result.get();
+  void TearDown() override {
+    std::error_code ec;
+    stdfs::remove_all(dir_, ec);
+  }
+  std::vector<std::string> names() const {
+    auto l = local_file_system().list(dir_);
+    EXPECT_TRUE(l.is_ok()) << l.status().to_string();
+    return l.is_ok() ? *l : std::vector<std::string>();
+  }
+  std::string dir_;
+};
+
+TEST_F(LocalWriteTest, WritesRenamesRemovesAndCreatesDirectories) {
+  FileSystem& fs = local_file_system();
+  ASSERT_TRUE(fs.create_dir(dir_ + "/sub").is_ok());
+  ASSERT_TRUE(fs.create_dir(dir_ + "/sub").is_ok());  // exists: fine
+  auto f = fs.new_writable_file(dir_ + "/sub/a");
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  ASSERT_TRUE((*f)->append("hello ").is_ok());
+  ASSERT_TRUE((*f)->append("world").is_ok());
+  ASSERT_TRUE((*f)->sync().is_ok());
+  ASSERT_TRUE((*f)->close().is_ok());
+  ASSERT_TRUE(fs.rename(dir_ + "/sub/a", dir_ + "/sub/b").is_ok());
+  ASSERT_TRUE(fs.sync_dir(dir_ + "/sub").is_ok());
+  EXPECT_EQ(read_file(fs, dir_ + "/sub/b").value(), "hello world");
+  EXPECT_EQ(names(), std::vector<std::string>{"sub/b"});
+  ASSERT_TRUE(fs.remove(dir_ + "/sub/b").is_ok());
+  EXPECT_EQ(fs.remove(dir_ + "/sub/b").code(), StatusCode::kNotFound);
+  EXPECT_EQ(read_file(fs, dir_ + "/sub/b").status().code(), StatusCode::kNotFound);
+  const Status st = fs.create_dir(dir_ + "/no/parent");
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find(dir_ + "/no/parent"), std::string::npos) << st.message();
 }
 
-void expect_refused(const Status& st, const std::string& fifo) {
-  ASSERT_FALSE(st.is_ok()) << "a FIFO was accepted";
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-  EXPECT_NE(st.message().find(fifo), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("FIFO"), std::string::npos) << st.message();
+TEST_F(LocalWriteTest, AtomicWriteReplacesTheFileAndLeavesNoTemporary) {
+  ASSERT_TRUE(write_file_atomic(dir_ + "/f", "one", true).is_ok());
+  ASSERT_TRUE(write_file_atomic(dir_ + "/f", "two", true).is_ok());
+  EXPECT_EQ(read_file(local_file_system(), dir_ + "/f").value(), "two");
+  EXPECT_EQ(names(), std::vector<std::string>{"f"});
 }
 
-TEST(LocalFileSystem, FifoIsRefusedNotWaitedFor) {
-  TempDir dir;
-  const std::string fifo = dir.file("shard-000000.tar");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  auto& fs = local_file_system();
-  expect_refused(without_hanging(fifo, [&] { return fs.stat(fifo).status(); }), fifo);
-  expect_refused(without_hanging(fifo, [&] { return fs.open(fifo).status(); }), fifo);
-  ScanOptions skip;
-  skip.on_corrupt = OnCorrupt::kSkip;
-  for (const auto& options : {ScanOptions{}, skip}) {
-    expect_refused(without_hanging(
-                       fifo, [&] { return build_manifest(fs, {fifo}, options, nullptr).status(); }),
-                   fifo);
+TEST_F(LocalWriteTest, AFailedAtomicWriteKeepsTheOldFileAndRemovesItsTemporary) {
+  ASSERT_TRUE(write_file_atomic(dir_ + "/f", "old", true).is_ok());
+  for (FsOp op : {FsOp::kWrite, FsOp::kSync, FsOp::kRename}) {
+    FaultFileSystem fs(&local_file_system());
+    fs.fail_next(op);
+    const Status st = write_file_atomic(fs, dir_ + "/f", "new", true);
+    ASSERT_FALSE(st.is_ok()) << static_cast<int>(op);
+    EXPECT_NE(st.message().find("injected fault"), std::string::npos) << st.message();
+    EXPECT_EQ(read_file(local_file_system(), dir_ + "/f").value(), "old");
+    EXPECT_EQ(names(), std::vector<std::string>{"f"}) << "a temporary was left behind";
+  }
+  // A failed sync of the directory comes after the rename: the new bytes are there, and the
+  // caller hears that they may not survive a crash.
+  FaultFileSystem fs(&local_file_system());
+  fs.fail_next(FsOp::kSyncDir);
+  EXPECT_FALSE(write_file_atomic(fs, dir_ + "/f", "new", true).is_ok());
+  EXPECT_EQ(fs.calls(FsOp::kRename), 1);
+}
+
+// A file system that only reads: the interface's defaults.
+class ReadOnly : public FileSystem {
+ public:
+  Result<FileInfo> stat(const std::string& uri) override { return not_found(uri); }
+  Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
+    return not_found(uri);
+  }
+  Result<std::vector<std::string>> list(const std::string& uri) override { return not_found(uri); }
+};
+
+TEST(ReadOnlyFileSystemTest, RefusesEveryWriteNamingTheUriAndWhatToDo) {
+  ReadOnly fs;
+  const std::string uri = "https://user:secret@example.org/ckpt/x?sig=1";
+  std::vector<Status> refusals = {fs.new_writable_file(uri).status(), fs.rename(uri, uri + "2"),
+                                  fs.remove(uri), fs.create_dir(uri), fs.sync_dir(uri)};
+  for (const Status& st : refusals) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("example.org/ckpt/x"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find("secret"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("local or mounted directory"), std::string::npos) << st.message();
   }
 }
 
-TEST(LocalFileSystem, RegularFilesAndDirectoriesStillOpen) {
-  TempDir dir;
-  test::write_file(dir.file("a.tar"), "abc");
-  auto& fs = local_file_system();
-  auto info = fs.stat(dir.file("a.tar"));
-  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
-  EXPECT_EQ(info->size, 3u);
-  EXPECT_GT(info->inode, 0u);
-  EXPECT_GT(info->ctime_ns, 0);
-  auto file = fs.open(dir.file("a.tar"));
-  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
-  char buf[3];
-  auto got = (*file)->read_at(0, buf, 3);
-  ASSERT_TRUE(got.is_ok());
-  EXPECT_EQ(*got, 3u);
-  auto d = fs.stat(dir.path());
-  ASSERT_TRUE(d.is_ok());
-  EXPECT_TRUE(d->is_directory);
+TEST(MemoryFileSystemTest, HoldsFilesAndDirectoriesWithoutTheDisk) {
+  MemoryFileSystem fs;
+  ASSERT_TRUE(fs.create_dir("/m").is_ok());
+  ASSERT_TRUE(write_file_atomic(fs, "/m/a", "bytes", true).is_ok());
+  EXPECT_EQ(fs.contents("/m/a"), "bytes");
+  EXPECT_EQ(fs.files(), 1u);
+  EXPECT_TRUE(fs.stat("/m")->is_directory);
+  EXPECT_EQ(fs.stat("/m/a")->size, 5u);
+  EXPECT_EQ(fs.list("/m").value(), std::vector<std::string>{"a"});
+  EXPECT_FALSE(fs.new_writable_file("/nope/a").is_ok());
+  EXPECT_FALSE(stdfs::exists("/m"));
 }
 
 }  // namespace

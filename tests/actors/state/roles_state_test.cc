@@ -3,10 +3,10 @@
 
 #include <set>
 
+#include "../testdata.h"
 #include "actors/state/coordinator_state.h"
 #include "actors/state/dispatcher_state.h"
 #include "io/format/manifest_scan.h"
-#include "testdata.h"
 
 namespace shardyard::actors {
 namespace {
@@ -24,6 +24,13 @@ TEST(CoordinatorStateTest, AdmitsMatchingRanksAndRejectsOthers) {
   CoordinatorState c(job_info());
   EXPECT_TRUE(c.join(JoinRequest{0, 3, 42}).is_ok());
   EXPECT_TRUE(c.join(JoinRequest{1, 3, 42}).is_ok());
+  auto other_version = c.join(JoinRequest{1, 3, 42, kProtocolVersion + 1});
+  ASSERT_FALSE(other_version.is_ok());
+  EXPECT_NE(other_version.status().message().find(
+                "speaks protocol version " + std::to_string(kProtocolVersion + 1) +
+                "; this coordinator speaks version " + std::to_string(kProtocolVersion)),
+            std::string::npos)
+      << other_version.status().message();
   auto other_dataset = c.join(JoinRequest{1, 3, 43});
   ASSERT_FALSE(other_dataset.is_ok());
   EXPECT_NE(other_dataset.status().message().find("another dataset"), std::string::npos);
@@ -94,8 +101,15 @@ TEST(DispatcherStateTest, UnitsCoverTheRankShareOncePerWorker) {
   PlanSpec spec;
   spec.shuffle = true;
   spec.seed = 9;
-  auto job = make_job(std::make_shared<const Manifest>(std::move(m).value()), spec, Spec(),
-                      Topology{2, 3}, 4, &io::local_file_system());
+  JobOptions jo;
+  jo.manifest = std::make_shared<const Manifest>(std::move(m).value());
+  jo.plan = spec;
+  jo.topology = Topology{2, 3};
+  jo.batch_size = 4;
+  jo.fs = &io::local_file_system();
+  jo.clock = &real_clock();
+  jo.data_plane = io::inproc_data_plane();
+  auto job = make_job(std::move(jo));
   ASSERT_TRUE(job.is_ok()) << job.status().to_string();
   std::set<uint32_t> all;
   uint64_t items = 0;

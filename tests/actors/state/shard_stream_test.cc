@@ -1,0 +1,98 @@
+// ShardStreams and load_shard (actors/state/shard_stream.h): the items of a unit's logical
+// shards in their epoch order, read from real tar shards, resumed at a consumed position.
+#include "actors/state/shard_stream.h"
+
+#include <gtest/gtest.h>
+
+#include "state_fixture.h"
+
+namespace shardyard::actors {
+namespace {
+
+using testing::JobSpec;
+using testing::make_test_job;
+using testing::shard_order;
+
+class ShardStreamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    JobSpec spec;
+    spec.plan.shuffle = true;
+    spec.plan.seed = 3;
+    spec.plan.logical_shards = 6;
+    spec.plan.chunk_items = 4;
+    job_ = make_test_job(tmp_.path(), spec);
+    ASSERT_NE(job_, nullptr);
+  }
+  // A unit of every logical shard, whole, from `consumed` items on.
+  WorkUnit unit(uint64_t consumed = 0) const {
+    WorkUnit u;
+    u.epoch = 2;
+    u.epoch_key = epoch_key(job_->plan.seed, 2);
+    for (uint32_t j = 0; j < job_->shards.count(); ++j) {
+      u.shards.push_back(j);
+      u.take.push_back(job_->shards.size(j));
+      u.consumed.push_back(std::min<uint64_t>(consumed, job_->shards.size(j)));
+    }
+    return u;
+  }
+
+  testing::TempDir tmp_;
+  std::shared_ptr<const JobData> job_;
+};
+
+TEST_F(ShardStreamsTest, EachShardYieldsItsItemsInTheEpochOrderWithTheirBytes) {
+  io::SampleReader reader(*job_->fs, job_->manifest, job_->pool);
+  const WorkUnit u = unit();
+  ShardStreams streams(*job_, u, reader);
+  for (uint32_t k = 0; k < u.shards.size(); ++k) {
+    const auto expected = shard_order(*job_, u.shards[k], u.epoch_key);
+    ASSERT_EQ(expected.size(), u.take[k]);
+    for (uint64_t id : expected) {
+      auto item = streams.next(k);
+      ASSERT_TRUE(item.is_ok()) << item.status().to_string();
+      EXPECT_EQ(item->id, id);
+      EXPECT_EQ(item->shard, u.shards[k]);
+      auto loc = job_->index.locate(id);
+      EXPECT_EQ(item->key, job_->manifest->item_key(loc.source, loc.sample));
+      EXPECT_NE(item->field("cls"), nullptr) << item->key;
+      EXPECT_GT(item->payload_bytes(), 0u);
+    }
+    // Past the shard's last item: an error naming the logical shard, not a silent repeat.
+    auto past = streams.next(k);
+    ASSERT_FALSE(past.is_ok());
+    EXPECT_NE(past.status().message().find("logical shard " + std::to_string(u.shards[k])),
+              std::string::npos);
+  }
+}
+
+TEST_F(ShardStreamsTest, AResumedShardStartsAtItsConsumedPositionInsideAChunk) {
+  io::SampleReader reader(*job_->fs, job_->manifest, job_->pool);
+  for (uint64_t consumed : {1u, 4u, 6u}) {  // inside the first chunk, at a boundary, inside
+    const WorkUnit u = unit(consumed);
+    ShardStreams streams(*job_, u, reader);
+    for (uint32_t k = 0; k < u.shards.size(); ++k) {
+      const auto expected = shard_order(*job_, u.shards[k], u.epoch_key);
+      for (size_t i = u.consumed[k]; i < expected.size(); ++i) {
+        auto item = streams.next(k);
+        ASSERT_TRUE(item.is_ok()) << item.status().to_string();
+        EXPECT_EQ(item->id, expected[i]) << "consumed " << consumed << ", shard " << k;
+      }
+    }
+  }
+}
+
+TEST_F(ShardStreamsTest, LoadShardReadsWhatIsLeftOfOneShardAtOnce) {
+  io::SampleReader reader(*job_->fs, job_->manifest, job_->pool);
+  const uint64_t key = epoch_key(job_->plan.seed, 2);
+  const uint32_t shard = 3;
+  const auto expected = shard_order(*job_, shard, key);
+  io::SharedShard loaded;
+  ASSERT_TRUE(load_shard(*job_, reader, shard, 2, expected.size(), key, &loaded).is_ok());
+  ASSERT_EQ(loaded.items.size(), expected.size() - 2);
+  for (size_t i = 0; i < loaded.items.size(); ++i) EXPECT_EQ(loaded.items[i].id, expected[i + 2]);
+  EXPECT_GT(loaded.bytes, 0u);
+}
+
+}  // namespace
+}  // namespace shardyard::actors
