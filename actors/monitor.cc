@@ -79,11 +79,15 @@ Status JobMonitor::serve(const std::string& address, uint16_t port) {
   o.port = port;
   SY_ASSIGN_OR_RETURN(
       server_, io::HttpServer::start(o, [this](const io::HttpRequest& r) { return handle(r); }));
+  port_ = server_->port();
   return Status::ok();
 }
 
 void JobMonitor::stop() {
-  if (server_) server_->stop();
+  if (server_) server_->stop();  // joins the thread that answers requests
+  port_ = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  coordinator_ = nullptr;
 }
 
 }  // namespace shardyard::actors
