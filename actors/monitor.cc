@@ -32,7 +32,7 @@ JobStatus JobMonitor::status() {
   coordinator.detail = "no answer within 2 s";
   coordinator_actor handle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     handle = coordinator_;
   }
   if (!handle) {
@@ -86,7 +86,7 @@ Status JobMonitor::serve(const std::string& address, uint16_t port) {
 void JobMonitor::stop() {
   if (server_) server_->stop();  // joins the thread that answers requests
   port_ = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   coordinator_ = nullptr;
 }
 

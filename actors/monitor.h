@@ -20,12 +20,12 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "actors/roles.h"
 #include "actors/state/job_status.h"
 #include "io/serve/http.h"
+#include "runtime/mutex.h"
 
 namespace shardyard::actors {
 
@@ -49,9 +49,9 @@ class JobMonitor {
   caf::actor_system& sys_;
   std::shared_ptr<const JobData> job_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::mutex mu_;
-  coordinator_actor coordinator_;           // guarded by mu_; null after stop()
-  std::unique_ptr<io::HttpServer> server_;  // made by serve(), before any request
+  Mutex mu_;
+  coordinator_actor coordinator_ SY_GUARDED_BY(mu_);  // null after stop()
+  std::unique_ptr<io::HttpServer> server_;            // made by serve(), before any request
   std::atomic<uint16_t> port_{0};
 };
 

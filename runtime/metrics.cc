@@ -121,7 +121,6 @@ std::vector<double> duration_buckets() {
 MetricsRegistry::Entry& MetricsRegistry::entry(const std::string& name, const std::string& help,
                                                MetricType type, MetricLabels labels,
                                                std::vector<double> bounds) {
-  std::lock_guard<std::mutex> lock(mu_);
   for (auto& e : entries_)
     if (e.name == name && e.labels == labels && e.type == type) return e;
   entries_.push_back(Entry{name, help, type, std::move(labels), nullptr, nullptr, nullptr});
@@ -134,50 +133,58 @@ MetricsRegistry::Entry& MetricsRegistry::entry(const std::string& name, const st
 
 Counter& MetricsRegistry::counter(const std::string& name, const std::string& help,
                                   MetricLabels labels) {
+  MutexLock lock(&mu_);
   return *entry(name, help, MetricType::kCounter, std::move(labels), {}).counter;
 }
 
 Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help,
                               MetricLabels labels) {
+  MutexLock lock(&mu_);
   return *entry(name, help, MetricType::kGauge, std::move(labels), {}).gauge;
 }
 
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                       std::vector<double> bounds, MetricLabels labels) {
+  MutexLock lock(&mu_);
   return *entry(name, help, MetricType::kHistogram, std::move(labels), std::move(bounds)).histogram;
 }
 
 void MetricsRegistry::add_collector(Collector collector) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
 MetricsSnapshot MetricsRegistry::collect() const {
   MetricsSnapshot out;
   std::vector<Collector> collectors;
-  std::unique_lock<std::mutex> lock(mu_);
-  for (const auto& e : entries_) {
-    MetricPoint p;
-    if (e.histogram) {
-      p = e.histogram->point();
-      out.family(e.name, e.help, e.type, e.histogram->bounds()).points.push_back(std::move(p));
-    } else {
-      p.value = e.counter ? static_cast<double>(e.counter->value())
-                          : static_cast<double>(e.gauge->value());
-      out.family(e.name, e.help, e.type).points.push_back(std::move(p));
-    }
-    out.family(e.name, e.help, e.type).points.back().labels = e.labels;
+  {
+    MutexLock lock(&mu_);
+    copy_entries(&out);
+    // Collectors run without the lock: one may take locks of its own that are held while a
+    // metric is registered (a StatusBoard making a role), and a collector may register.
+    collectors = collectors_;
   }
-  // Collectors run without the lock: one may take locks of its own that are held while a
-  // metric is registered (a StatusBoard making a role), and a collector may register.
-  collectors = collectors_;
-  lock.unlock();
   for (const auto& c : collectors) c(&out);
   for (auto& f : out.families)
     for (auto& p : f.points)
       for (const auto& label : constant_)
         if (!has_label(p.labels, label.first)) p.labels.push_back(label);
   return out;
+}
+
+void MetricsRegistry::copy_entries(MetricsSnapshot* out) const {
+  for (const auto& e : entries_) {
+    MetricPoint p;
+    if (e.histogram) {
+      p = e.histogram->point();
+      out->family(e.name, e.help, e.type, e.histogram->bounds()).points.push_back(std::move(p));
+    } else {
+      p.value = e.counter ? static_cast<double>(e.counter->value())
+                          : static_cast<double>(e.gauge->value());
+      out->family(e.name, e.help, e.type).points.push_back(std::move(p));
+    }
+    out->family(e.name, e.help, e.type).points.back().labels = e.labels;
+  }
 }
 
 }  // namespace shardyard

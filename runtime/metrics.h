@@ -17,12 +17,12 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "runtime/mutex.h"
 #include "runtime/status.h"
 
 namespace shardyard {
@@ -137,12 +137,13 @@ class MetricsRegistry {
     std::unique_ptr<Histogram> histogram;
   };
   Entry& entry(const std::string& name, const std::string& help, MetricType type,
-               MetricLabels labels, std::vector<double> bounds);
+               MetricLabels labels, std::vector<double> bounds) SY_REQUIRES(mu_);
+  void copy_entries(MetricsSnapshot* out) const SY_REQUIRES(mu_);
 
   const MetricLabels constant_;
-  mutable std::mutex mu_;
-  std::deque<Entry> entries_;          // guarded by mu_; deque: references stay valid
-  std::vector<Collector> collectors_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::deque<Entry> entries_ SY_GUARDED_BY(mu_);  // a deque: references stay valid
+  std::vector<Collector> collectors_ SY_GUARDED_BY(mu_);
 };
 
 }  // namespace shardyard

@@ -34,7 +34,7 @@ RoleStats::RoleStats(std::string role, uint32_t rank, uint32_t worker)
     : role_(std::move(role)), rank_(rank), worker_(worker) {}
 
 void RoleStats::set_detail(std::string detail) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   detail_ = std::move(detail);
 }
 
@@ -73,7 +73,7 @@ ActorSnapshot RoleStats::snapshot() const {
   s.output_wait_s = waited_s(false);
   const auto now = Clock::now();
   s.uptime_s = std::chrono::duration<double>(now - created_).count();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s.detail = detail_;
   // The rate over the last ~10 s: keep a sample at most every 0.5 s (however many clients
   // ask), and measure from the oldest one left; with no sample yet, since the start.

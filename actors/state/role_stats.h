@@ -14,10 +14,10 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 
 #include "actors/state/messages.h"
+#include "runtime/mutex.h"
 
 namespace shardyard::actors {
 
@@ -75,10 +75,10 @@ class RoleStats {
   std::atomic<uint64_t> items_{0}, bytes_{0}, steps_{0};
   std::atomic<int64_t> waited_ns_[2] = {{0}, {0}};        // output, input
   std::atomic<int64_t> wait_started_ns_[2] = {{0}, {0}};  // 0: not waiting
-  mutable std::mutex mu_;
-  std::string detail_;  // guarded by mu_
-  // (time, items) a little apart over the last seconds, for the rate; guarded by mu_.
-  mutable std::deque<std::pair<Clock::time_point, uint64_t>> samples_;
+  mutable Mutex mu_;
+  std::string detail_ SY_GUARDED_BY(mu_);
+  // (time, items) a little apart over the last seconds, for the rate.
+  mutable std::deque<std::pair<Clock::time_point, uint64_t>> samples_ SY_GUARDED_BY(mu_);
 };
 
 // Marks a wait of `stats` (null: does nothing) from construction to destruction: the state

@@ -68,7 +68,7 @@ RankBoard::RankBoard(uint32_t rank, MetricsRegistry& m)
 
 void RankBoard::open_epoch(const EpochTicket& ticket, std::vector<QueueRef> queues,
                            uint32_t prefetch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_.epoch = ticket.epoch;
   status_.epoch_open = true;
   status_.steps = ticket.steps;
@@ -85,21 +85,21 @@ void RankBoard::open_epoch(const EpochTicket& ticket, std::vector<QueueRef> queu
 }
 
 void RankBoard::set_cursor(uint64_t step, uint64_t items, const std::vector<uint64_t>& consumed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_.step = step;
   status_.items = items;
   if (consumed.size() == status_.shards.size()) status_.consumed = consumed;
 }
 
 void RankBoard::close_epoch() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_.epoch_open = false;
   queues_.clear();
   ready_.store(0, std::memory_order_relaxed);
 }
 
 void RankBoard::checkpoint_committed(uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++status_.checkpoint_saves;
   status_.checkpoint_generation = generation;
   auto& g = status_.checkpoint_generations;
@@ -108,20 +108,20 @@ void RankBoard::checkpoint_committed(uint64_t generation) {
 }
 
 void RankBoard::checkpoint_restored(uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_.restored_generation = generation;
   status_.checkpoint_generation = generation;
 }
 
 RankStatus RankBoard::collect() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RankStatus s = status_;
   for (const auto& q : queues_) s.queues.push_back(read_queue(q));
   return s;
 }
 
 QueueStatus RankBoard::worker_queue(uint32_t worker) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const QueueRef* shared = nullptr;
   for (const auto& q : queues_) {
     if (!q.route.expired() || q.name.empty()) continue;
@@ -132,14 +132,14 @@ QueueStatus RankBoard::worker_queue(uint32_t worker) const {
 }
 
 QueueStatus RankBoard::route_queue() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& q : queues_)
     if (!q.route.expired()) return read_queue(q);
   return QueueStatus{};
 }
 
 QueueStatus RankBoard::batch_queue() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return QueueStatus{"batches", ready_.load(std::memory_order_relaxed), prefetch_, 0};
 }
 
@@ -154,7 +154,7 @@ StatusBoard::StatusBoard()
 
 std::shared_ptr<RoleStats> StatusBoard::role(const std::string& role, uint32_t rank,
                                              uint32_t worker) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& r : roles_)
     if (r->role() == role && r->rank() == rank && r->worker() == worker) return r;
   roles_.push_back(std::make_shared<RoleStats>(role, rank, worker));
@@ -166,14 +166,14 @@ std::shared_ptr<RoleStats> StatusBoard::role(const std::string& role, uint32_t r
 }
 
 RankBoard& StatusBoard::rank(uint32_t rank) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& board = ranks_[rank];
   if (!board) board = std::make_unique<RankBoard>(rank, metrics_);
   return *board;
 }
 
 std::vector<uint32_t> StatusBoard::ranks() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<uint32_t> out;
   for (const auto& [r, b] : ranks_) out.push_back(r);
   return out;
@@ -190,7 +190,7 @@ RankStatus StatusBoard::collect_rank(uint32_t rank) const {
   std::vector<std::shared_ptr<RoleStats>> roles;
   const RankBoard* board = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& r : roles_)
       if (r->rank() == rank) roles.push_back(r);
     auto it = ranks_.find(rank);
@@ -230,7 +230,7 @@ void StatusBoard::collect_metrics(MetricsSnapshot* out) const {
   std::vector<std::shared_ptr<RoleStats>> roles;
   std::vector<const RankBoard*> boards;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     roles = roles_;
     for (const auto& [r, b] : ranks_) boards.push_back(b.get());
   }

@@ -15,7 +15,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "actors/state/role_stats.h"
 #include "io/transport/data_plane.h"
 #include "runtime/metrics.h"
+#include "runtime/mutex.h"
 
 namespace shardyard::actors {
 
@@ -66,10 +66,10 @@ class RankBoard {
  private:
   const uint32_t rank_;
   std::atomic<uint64_t> ready_{0};
-  mutable std::mutex mu_;
-  RankStatus status_;             // guarded by mu_: cursor, shards, checkpoints
-  std::vector<QueueRef> queues_;  // guarded by mu_
-  uint32_t prefetch_ = 0;         // guarded by mu_
+  mutable Mutex mu_;
+  RankStatus status_ SY_GUARDED_BY(mu_);  // cursor, shards, checkpoints
+  std::vector<QueueRef> queues_ SY_GUARDED_BY(mu_);
+  uint32_t prefetch_ SY_GUARDED_BY(mu_) = 0;
 };
 
 class StatusBoard {
@@ -99,9 +99,9 @@ class StatusBoard {
   const std::string node_;
   const uint32_t pid_;
   MetricsRegistry metrics_;
-  mutable std::mutex mu_;
-  std::vector<std::shared_ptr<RoleStats>> roles_;         // guarded by mu_
-  std::map<uint32_t, std::unique_ptr<RankBoard>> ranks_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::shared_ptr<RoleStats>> roles_ SY_GUARDED_BY(mu_);
+  std::map<uint32_t, std::unique_ptr<RankBoard>> ranks_ SY_GUARDED_BY(mu_);
 };
 
 }  // namespace shardyard::actors

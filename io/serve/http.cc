@@ -8,11 +8,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <thread>
+
+#include "runtime/mutex.h"
 
 namespace shardyard::io {
 
@@ -57,10 +57,10 @@ struct HttpServerCore {
   asio::steady_timer retry{ioc};
   std::vector<std::weak_ptr<HttpSession>> sessions;  // ioc thread only
   std::thread thread;
-  std::mutex mu;
-  std::condition_variable ran_out;
-  bool running = false;  // guarded by mu
-  bool stopped = false;  // guarded by mu
+  Mutex mu;
+  CondVar ran_out;
+  bool running SY_GUARDED_BY(mu) = false;
+  bool stopped SY_GUARDED_BY(mu) = false;
 
   void accept();
   void close_all();
@@ -215,14 +215,17 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOptions& o
   impl->address = options.address;
   impl->port = acceptor.local_endpoint().port();
   impl->accept();
-  impl->running = true;
+  {
+    MutexLock lock(&impl->mu);
+    impl->running = true;
+  }
   Impl* d = impl.get();
   impl->thread = std::thread([d] {
     try {
       d->ioc.run();
     } catch (...) {  // handlers catch their own; nothing should get here
     }
-    std::lock_guard<std::mutex> lock(d->mu);
+    MutexLock lock(&d->mu);
     d->running = false;
     d->ran_out.notify_all();
   });
@@ -232,7 +235,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOptions& o
 void HttpServer::stop() {
   auto& d = *impl_;
   {
-    std::lock_guard<std::mutex> lock(d.mu);
+    MutexLock lock(&d.mu);
     if (d.stopped) return;
     d.stopped = true;
   }
@@ -240,8 +243,10 @@ void HttpServer::stop() {
   // work. A handler that does not return within the limit is not waited for by the loop.
   asio::post(d.ioc, [&d] { d.close_all(); });
   {
-    std::unique_lock<std::mutex> lock(d.mu);
-    d.ran_out.wait_for(lock, std::chrono::seconds(5), [&] { return !d.running; });
+    MutexLock lock(&d.mu);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (d.running && std::chrono::steady_clock::now() < deadline)
+      d.ran_out.wait_for(&d.mu, deadline - std::chrono::steady_clock::now());
   }
   d.ioc.stop();
   if (d.thread.joinable()) d.thread.join();
