@@ -82,7 +82,11 @@ class Job:
                     "--metrics-port", "0", "--cache-dir", os.path.join(tmp, "cache"), *extra]
         self.err = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.err, text=True)
-        self.port = int(wait_for("the job's port on stderr", self._port, timeout=60))
+        try:
+            self.port = int(wait_for("the job's port on stderr", self._port, timeout=60))
+        except BaseException:
+            self.stop()  # a job that never served must not outlive the test
+            raise
 
     def _port(self):
         if self.proc.poll() is not None:
