@@ -1,5 +1,5 @@
 // shardyard: load a dataset end to end (run), build and show manifests (manifest), inspect
-// checkpoints (checkpoint inspect).
+// checkpoints (checkpoint inspect), watch a running job (monitor).
 #include "commands.h"
 
 int main(int argc, char** argv) { return shardyard::tools::run_cli(argc, argv, nullptr); }
