@@ -7,6 +7,7 @@
 // answer the loader with the grant. docs/protocol.md has the sequence.
 #include "actors/roles.h"
 #include "actors/state/coordinator_state.h"
+#include "actors/state/status_board.h"
 #include "io/persist/checkpoint_store.h"
 #include "runtime/checkpoint.h"
 
@@ -23,7 +24,19 @@ struct CheckpointActorState {
   uint64_t bytes = 0;       // size of the last rank file written
   uint64_t saves = 0;
   double last_write_ms = 0;
+  std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
+  RankBoard* board = nullptr;        // the rank's checkpoints, for the monitor
   static inline const char* name = "shardyard.checkpoint";
+  std::string detail() const {
+    return "generation " + std::to_string(generation) + ", last rank file written in " +
+           std::to_string(last_write_ms) + " ms";
+  }
+  void set(const std::string& s, RoleState shown) {
+    state = s;
+    if (!stats) return;
+    stats->set_state(shown);
+    stats->set_detail(detail());
+  }
 };
 
 RankCheckpoint rank_checkpoint(const SaveRequest& req, uint32_t rank, uint64_t generation,
@@ -52,6 +65,10 @@ checkpoint_actor::behavior_type checkpoint_fn(
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   self->state.dispatcher = dispatcher;
+  if (job->status) {
+    self->state.stats = job->status->role("checkpoint", rank);
+    self->state.board = &job->status->rank(rank);
+  }
   const uint64_t fingerprint = job->manifest->fingerprint;
   const std::chrono::milliseconds barrier{job->checkpoint_timeout_ms};
   const std::string coordinator_name = "the coordinator";
@@ -80,7 +97,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
             return rp;
           }
         }
-        self->state.state = "saving";
+        self->state.set("saving", RoleState::kSaving);
         CheckpointBegin begin{rank, req.dir, req.epoch, req.step, *proposed};
         self->request(self->state.coordinator, kReplyTimeout, begin)
             .then(
@@ -100,7 +117,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
                   if (!st.is_ok()) {
                     // The other ranks must not wait for this file: the coordinator aborts
                     // the cut for all of them.
-                    self->state.state = "failed";
+                    self->state.set("failed", RoleState::kFailed);
                     self->send(self->state.coordinator,
                                RankSaveFailed{rank, req.dir, g.generation, st.message()});
                     rp.deliver(to_error(
@@ -125,22 +142,30 @@ checkpoint_actor::behavior_type checkpoint_fn(
                       .then(
                           [=](const CheckpointCommitted& c) mutable {
                             const ActorTurn turn(c);
-                            self->state.state = "idle";
                             self->state.generation = c.generation;
                             self->state.bytes = size;
                             ++self->state.saves;
+                            if (auto& stats = self->state.stats) {  // bytes: of every file
+                              stats->add(0, size);
+                              stats->add_steps(1);
+                            }
+                            self->state.set("idle", RoleState::kIdle);
+                            if (auto* b = self->state.board) {
+                              b->checkpoint_committed(c.generation);
+                              b->saves.add();
+                            }
                             rp.deliver(SaveDone{c.generation, size, c.state});
                           },
                           [=](const caf::error& err) mutable {
                             const ActorTurn turn;
-                            self->state.state = "failed";
+                            self->state.set("failed", RoleState::kFailed);
                             rp.deliver(to_error(
                                 request_failed(err, coordinator_name, "RankSaved", barrier)));
                           });
                 },
                 [=](const caf::error& err) mutable {
                   const ActorTurn turn;
-                  self->state.state = "failed";
+                  self->state.set("failed", RoleState::kFailed);
                   rp.deliver(to_error(
                       request_failed(err, coordinator_name, "CheckpointBegin", kReplyTimeout)));
                 });
@@ -166,7 +191,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
           rp.deliver(to_error(files.status()));
           return rp;
         }
-        self->state.state = "restoring";
+        self->state.set("restoring", RoleState::kRestoring);
         const std::string source = req.state.empty() ? req.dir : "the loader state";
         ResumeOffer offer{rank, source, std::move(files->manifest), std::move(files->rank_files)};
         self->request(self->state.coordinator, kReplyTimeout, std::move(offer))
@@ -177,8 +202,10 @@ checkpoint_actor::behavior_type checkpoint_fn(
                       .then(
                           [=](const ResumeAck& msg) mutable {
                             const ActorTurn turn(msg);
-                            self->state.state = "idle";
                             self->state.generation = grant.generation;
+                            self->state.set("idle", RoleState::kIdle);
+                            if (auto* b = self->state.board)
+                              b->checkpoint_restored(grant.generation);
                             rp.deliver(grant);
                           },
                           [=](const caf::error& err) mutable {
@@ -190,7 +217,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
                 },
                 [=](const caf::error& err) mutable {
                   const ActorTurn turn;
-                  self->state.state = "failed";
+                  self->state.set("failed", RoleState::kFailed);
                   rp.deliver(to_error(
                       request_failed(err, coordinator_name, "ResumeOffer", kReplyTimeout)));
                 });
@@ -199,18 +226,19 @@ checkpoint_actor::behavior_type checkpoint_fn(
       [=](const SnapshotRequest& msg) -> ActorSnapshot {
         const ActorTurn turn(msg);
         auto& st = self->state;
+        if (st.stats) return job->status->snapshot(*st.stats);
         ActorSnapshot s;
         s.role = "checkpoint";
         s.rank = st.rank;
         s.state = st.state;
         s.bytes = st.bytes;
         s.steps = st.saves;
-        s.detail = "generation " + std::to_string(st.generation) + ", last rank file written in " +
-                   std::to_string(st.last_write_ms) + " ms";
+        s.detail = st.detail();
         return s;
       },
       [=](const ShutdownRequest& msg) -> ShutdownAck {
         const ActorTurn turn(msg);
+        self->state.set("stopped", RoleState::kStopped);
         self->state.coordinator = nullptr;
         self->state.dispatcher = nullptr;
         self->quit();

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "actors/device_feed.h"
+#include "actors/monitor.h"
 #include "actors/net/host.h"
 #include "actors/net/network.h"
 #include "actors/protocol.h"
@@ -14,10 +15,12 @@
 #include "actors/state/job.h"
 #include "actors/state/merger.h"
 #include "actors/state/placement.h"
+#include "actors/state/status_board.h"
 #include "io/format/manifest_scan.h"
 #include "io/format/record_scan.h"
 #include "io/format/sample_reader.h"
 #include "io/fs/mapping_guard.h"
+#include "runtime/metrics_text.h"
 #include "runtime/mutex.h"
 
 namespace shardyard {
@@ -46,6 +49,19 @@ Status LoaderOptions::topology_from_env() {
   return Status::ok();
 }
 
+Status LoaderOptions::monitor_from_env() {
+  if (const char* v = std::getenv("SHARDYARD_METRICS_PORT"); v && *v) {
+    char* end = nullptr;
+    long port = std::strtol(v, &end, 10);
+    if (*end || port < 0 || port > 65535)
+      return invalid_argument(std::string("SHARDYARD_METRICS_PORT='") + v +
+                              "' is not a port (0..65535; 0 picks a free one)");
+    metrics_port = static_cast<int32_t>(port);
+  }
+  if (const char* v = std::getenv("SHARDYARD_METRICS_ADDRESS"); v && *v) metrics_address = v;
+  return Status::ok();
+}
+
 Status LoaderOptions::validate() const {
   if (sources.empty()) return invalid_argument("no sources: give at least one path or pattern");
   if (world_size == 0) return invalid_argument("world_size must be at least 1");
@@ -59,6 +75,8 @@ Status LoaderOptions::validate() const {
     return invalid_argument("device_prefetch must be 1..64");
   if (max_sample_bytes == 0) return invalid_argument("max_sample_bytes must be at least 1");
   if (windows.enabled()) SY_RETURN_IF_ERROR(validate_window_spec(windows));
+  if (metrics_port < -1 || metrics_port > 65535)
+    return invalid_argument("metrics_port must be -1 (off), 0 (a free port) or a port");
   return Status::ok();
 }
 
@@ -92,6 +110,9 @@ struct Cluster::Impl {
   std::unique_ptr<DeviceFeed> device;     // null: batches stay in host memory
   std::unique_ptr<net::TlsIdentity> tls;  // ranks in other processes, off loopback
   bool networked = false;                 // the world has ranks in other processes
+  // The monitor of this process's ranks (made by start(), never reset: its endpoints stop
+  // with shutdown(), and it answers nothing after that).
+  std::unique_ptr<JobMonitor> monitor;
 
   Mutex mu;
   std::shared_ptr<ActorSystem> system SY_GUARDED_BY(mu);  // null once shut down
@@ -188,6 +209,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   jo.dispatch = options.dispatch;
   jo.prefetch_shards = options.prefetch_shards;
   jo.route_key_field = options.route_key_field;
+  jo.status = std::make_shared<StatusBoard>();
   jo.checkpoint_timeout_ms = options.checkpoint_timeout_ms;
   jo.max_sample_bytes = options.max_sample_bytes;
   jo.fs = &fs;
@@ -323,6 +345,12 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
       return st;
     }
   for (auto r : ranks) {
+    // Every actor of the rank is on the monitor's board from the start.
+    job->status->rank(r);
+    job->status->role("dispatcher", r);
+    for (uint32_t w = 0; w < options.workers; ++w) job->status->role("worker", r, w);
+    job->status->role("loader", r);
+    job->status->role("checkpoint", r);
     RankRoles roles = d.roles_of(r);
     for (uint32_t w = 0; w < options.workers; ++w)
       roles.workers.push_back(spawn_worker(sys, job, r, w));
@@ -331,6 +359,10 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     MutexLock lock(&d.mu);
     d.ranks[r] = std::move(roles);
   }
+  d.monitor = std::make_unique<JobMonitor>(sys, job_coordinator, job);
+  if (options.metrics_port >= 0)
+    SY_RETURN_IF_ERROR(
+        d.monitor->serve(options.metrics_address, static_cast<uint16_t>(options.metrics_port)));
   return cluster;
 }
 
@@ -349,40 +381,37 @@ Result<std::unique_ptr<Loader>> Cluster::loader(uint32_t rank) {
 std::vector<RoleSnapshot> Cluster::snapshot() {
   std::vector<RoleSnapshot> out;
   auto& d = *impl_;
-  auto system = d.running();
-  if (!system.is_ok()) return out;
-  coordinator_actor coordinator;
-  std::map<uint32_t, RankRoles> ranks;
-  {
-    MutexLock lock(&d.mu);
-    coordinator = d.coordinator;
-    ranks = d.ranks;
-  }
-  caf::scoped_actor self{(*system)->sys};
-  auto ask = [&](auto handle) {
-    self->request(handle, kSnapshotTimeout, SnapshotRequest{})
-        .receive(
-            [&](const ActorSnapshot& s) {
-              received(s);
-              out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items,
-                                         s.bytes, s.steps, s.detail});
-            },
-            [&](const caf::error&) {});
-  };
-  ask(coordinator);
-  for (auto& [r, roles] : ranks) {
-    ask(roles.dispatcher);
-    ask(roles.checkpoint);
-    ask(roles.loader);
-    for (auto& w : roles.workers) ask(w);
-  }
+  auto system = d.running();  // held: the actors stay while the status is read
+  if (!system.is_ok() || !d.monitor) return out;
+  for (const auto& s : d.monitor->status().actors)
+    out.push_back(RoleSnapshot{s.role, s.rank, s.worker, s.state, s.epoch, s.items, s.bytes,
+                               s.steps, s.detail, s.node, s.pid, s.items_per_s, s.queue_depth,
+                               s.queue_capacity, s.input_wait_s, s.output_wait_s, s.uptime_s});
   return out;
+}
+
+uint16_t Cluster::monitor_port() const { return impl_->monitor ? impl_->monitor->port() : 0; }
+
+std::string Cluster::status_json() {
+  auto& d = *impl_;
+  auto system = d.running();  // held: the actors stay while the status is read
+  if (!system.is_ok() || !d.monitor) return "{}";
+  return actors::status_json(d.monitor->status());
+}
+
+std::string Cluster::metrics_text() {
+  auto& d = *impl_;
+  auto system = d.running();
+  if (!system.is_ok() || !d.monitor) return "";
+  return render_prometheus(d.monitor->metrics());
 }
 
 void Cluster::interrupt() { impl_->cancel_epochs(); }
 
 Status Cluster::shutdown() {
   auto& d = *impl_;
+  // The endpoints go first: they ask the actors, which are about to stop.
+  if (d.monitor) d.monitor->stop();
   std::shared_ptr<ActorSystem> system;
   coordinator_actor coordinator, job_coordinator;
   net::gate_actor gate;
@@ -508,6 +537,8 @@ struct Loader::Epoch {
   Status error;
   int64_t last_report_ns = INT64_MIN / 2;  // Clock::steady_ns() of the last StepReport
   loader_actor cursor_actor;               // this rank's loader actor: keeps the cursor
+  RankBoard* board = nullptr;              // what the monitor sees of the rank (the cluster's)
+  RoleStats* stats = nullptr;              // ... and of its loader
 
   void collate() {
     std::vector<Item> items;
@@ -538,6 +569,7 @@ struct Loader::Epoch {
         --building;
         if (last) taken_all = true;
         ready.emplace(step, Ready{std::move(out), std::move(progress)});
+        board->set_ready_batches(ready.size());
       }
       // Wake only who can act: the trainer, and, at the end, the other collator so it exits.
       arrived.notify_one();
@@ -574,6 +606,7 @@ struct Loader::Epoch {
       b = std::move(it->second.batch);
       *progress = std::move(it->second.progress);
       ready.erase(it);
+      board->set_ready_batches(ready.size());
       if (b.is_ok() && b->has_value()) ++taken_step;
     }
     room.notify_one();
@@ -628,6 +661,8 @@ Result<std::unique_ptr<Loader>> Loader::open(const LoaderOptions& options) {
 
 void Loader::stop_epoch() {
   if (!epoch_) return;
+  epoch_->board->close_epoch();
+  epoch_->stats->end_wait(false, RoleState::kIdle);
   epoch_->merger->cancel();  // unblocks workers and the collator
   {
     MutexLock lock(&epoch_->mu);
@@ -712,6 +747,10 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.epoch = epoch;
   e.rank = rank_;
   e.cursor_actor = roles.loader;
+  e.board = &d.job->status->rank(rank_);
+  e.stats = d.job->status->role("loader", rank_).get();  // the board keeps it
+  e.stats->set_epoch(epoch);
+  e.stats->set_state(RoleState::kRunning);
   e.steps = ticket->steps;
   e.depth = d.options.prefetch_batches;
   std::vector<std::shared_ptr<const std::string>> states;
@@ -739,6 +778,20 @@ Status Loader::start_epoch(uint32_t epoch) {
   {
     MutexLock lock(&e.mu);
     e.taken_step = ticket->first_step;
+  }
+  {
+    std::vector<QueueRef> queues;
+    for (size_t k = 0; k < channels.size(); ++k)
+      queues.push_back(
+          QueueRef{start.channels[k],
+                   channels[k],
+                   {},
+                   channels.size() == w_count && exact && !route
+                       ? uint64_t{d.options.prefetch_packets}
+                       : uint64_t{d.options.prefetch_packets} * w_count,
+                   channels.size() == w_count && exact && !route ? static_cast<int32_t>(k) : -1});
+    if (route) queues.push_back(QueueRef{start.route, {}, route, 0, -1});
+    e.board->open_epoch(*ticket, std::move(queues), e.depth);
   }
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
                                           route, std::move(post).value());
@@ -772,6 +825,12 @@ Result<std::optional<Batch>> Loader::next() {
   auto& e = *epoch_;
   if (!e.error.is_ok()) return e.error;  // a failed epoch stays failed
   if (e.finished) return std::optional<Batch>();
+  // Since the last batch was handed out, the trainer was busy (its step); from here on it
+  // waits for the next batch.
+  const auto step_time = e.stats->end_wait(false, RoleState::kRunning);
+  if (step_time.count() > 0)
+    e.board->step_time.observe(std::chrono::duration<double>(step_time).count());
+  e.stats->begin_wait(true);
   Result<std::optional<Batch>> b = std::optional<Batch>();
   StepProgress progress;
   if (e.prefetcher) {
@@ -794,17 +853,28 @@ Result<std::optional<Batch>> Loader::next() {
   // (io/fs/mapping_guard.h): no batch goes out after that, and the error names the shard
   // rather than what the zeros broke downstream.
   if (Status fault = io::mapping_fault(); !fault.is_ok()) b = fault;
+  const bool more = b.is_ok() && b->has_value();
+  const auto waited = e.stats->end_wait(true, more        ? RoleState::kRunning
+                                              : b.is_ok() ? RoleState::kIdle
+                                                          : RoleState::kFailed);
+  e.board->next_wait.observe(std::chrono::duration<double>(waited).count());
   if (!b.is_ok()) {
     e.error = failed(b.status());
+    e.stats->set_detail(e.error.to_string());
     return e.error;
   }
   if (!b->has_value()) {
     e.finished = true;
+    e.board->set_cursor(e.next_step, e.delivered_items, e.cursor.consumed());
     return b;
   }
   ++e.next_step;
   e.delivered_items += (*b)->size();
   e.cursor.apply(progress);
+  e.stats->add((*b)->size(), (*b)->payload_bytes());
+  e.stats->add_steps(1);
+  e.board->batches.add();
+  e.stats->begin_wait(false);  // the trainer has the batch
   // The loader actor keeps the cursor for the monitor. A message per batch would wake an
   // actor thousands of times a second, so report at most every 20 ms (and at the end); the
   // exact cursor stays with this object.
@@ -812,6 +882,7 @@ Result<std::optional<Batch>> Loader::next() {
   if (now - e.last_report_ns >= 20'000'000 || e.next_step == e.steps) {
     e.last_report_ns = now;
     caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
+    e.board->set_cursor(e.next_step, e.delivered_items, e.cursor.consumed());
   }
   if (e.next_step == e.steps)
     caf::anon_send(e.cursor_actor, RankEpochDone{rank_, e.epoch, e.next_step, e.delivered_items});
@@ -862,6 +933,7 @@ Result<std::string> Loader::save_cut(const std::string& dir) {
   req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
   std::string state;
+  const auto t0 = std::chrono::steady_clock::now();
   caf::scoped_actor self{system->sys};
   const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
   const std::string where = dir.empty() ? "its loader state" : dir;
@@ -885,6 +957,8 @@ Result<std::string> Loader::save_cut(const std::string& dir) {
     if (Status why = d.job_failure(); !why.is_ok()) result = why;
     return result;
   }
+  e.board->save_time.observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return state;
 }
 

@@ -143,6 +143,18 @@ struct LoaderOptions {
   uint32_t heartbeat_interval_ms = 500;
   uint32_t connection_timeout_ms = 5000;  // a peer silent this long is lost
 
+  // The job's monitoring endpoints (docs/monitor.md): GET /metrics (Prometheus text) and
+  // GET /status (JSON) over HTTP on metrics_address:metrics_port, served on a thread of
+  // their own while the loader (its Cluster) lives. -1: not served; 0: a free port
+  // (Cluster::monitor_port() says which). The address is loopback unless set otherwise:
+  // anyone who can reach it can read the job's state (no authentication).
+  int32_t metrics_port = -1;
+  std::string metrics_address = "127.0.0.1";
+
+  // Sets metrics_port (and metrics_address) from SHARDYARD_METRICS_PORT (and
+  // SHARDYARD_METRICS_ADDRESS), which a launcher sets for the processes it starts; leaves
+  // them alone when unset. A value that is not a port is an error.
+  Status monitor_from_env();
   // Sets rank, world_size and the coordinator's whereabouts from the launcher's variables
   // (actors/state/placement.h): SHARDYARD_*, torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
   // MASTER_ADDR, MASTER_PORT, ...), Open MPI (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE),
@@ -238,6 +250,14 @@ struct RoleSnapshot {
   uint64_t bytes = 0;
   uint64_t steps = 0;
   std::string detail;
+  std::string node;  // host name
+  uint32_t pid = 0;
+  double items_per_s = 0;
+  uint64_t queue_depth = 0;  // its output queue (docs/monitor.md)
+  uint64_t queue_capacity = 0;
+  double input_wait_s = 0;   // blocked waiting for input, in total
+  double output_wait_s = 0;  // blocked waiting for its consumer, in total
+  double uptime_s = 0;
 };
 
 // The roles of several ranks of one job in this process, and the actor system they run on.
@@ -254,13 +274,19 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   const ScanReport& scan_report() const;
   const LoaderOptions& options() const;
   uint32_t logical_shards() const;
-  // Every actor's state, asked through its mailbox.
+  // Every actor's state: the coordinator's asked through its mailbox, the others' read
+  // from what they report as they run (a worker in a unit cannot answer a message).
   std::vector<RoleSnapshot> snapshot();
   // Cancels the epoch each hosted rank has open: a next() waiting for data returns
   // kCancelled at once (batches already collated are still handed out first), and that
   // epoch stays failed. For a trainer that stops on a signal; safe from any thread, any
   // number of times. Later epochs start normally.
   void interrupt();
+  // The port of the monitoring endpoints (LoaderOptions::metrics_port), 0 when not served.
+  uint16_t monitor_port() const;
+  // What GET /status and GET /metrics answer (docs/monitor.md), without HTTP.
+  std::string status_json();
+  std::string metrics_text();
   // Asks every actor to stop and waits for each acknowledgement (also done on destruction).
   Status shutdown();
 

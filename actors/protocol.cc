@@ -1,5 +1,7 @@
 #include "actors/protocol.h"
 
+#include "actors/status_protocol.h"
+
 namespace shardyard::actors {
 
 void register_protocol(caf::actor_system_config& cfg) {
@@ -41,6 +43,19 @@ void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   cfg.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
   cfg.add_message_type<std::vector<std::string>>("std::vector<std::string>");
+  register_status_protocol(cfg);
+}
+
+void register_status_protocol(caf::actor_system_config& cfg) {
+  cfg.add_message_type<RankReportRequest>("shardyard::RankReportRequest");
+  cfg.add_message_type<RankReport>("shardyard::RankReport");
+  cfg.add_message_type<RankStatus>("shardyard::RankStatus");
+  cfg.add_message_type<std::vector<RankStatus>>("std::vector<shardyard::RankStatus>");
+  cfg.add_message_type<std::vector<QueueStatus>>("std::vector<shardyard::QueueStatus>");
+  cfg.add_message_type<std::vector<ActorSnapshot>>("std::vector<shardyard::ActorSnapshot>");
+  cfg.add_message_type<MetricsSnapshot>("shardyard::MetricsSnapshot");
+  cfg.add_message_type<std::vector<MetricFamily>>("std::vector<shardyard::MetricFamily>");
+  cfg.add_message_type<std::vector<MetricPoint>>("std::vector<shardyard::MetricPoint>");
 }
 
 }  // namespace shardyard::actors

@@ -124,7 +124,8 @@ typename Inspector::result_type inspect(Inspector& f, SnapshotRequest&) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorSnapshot& x) {
   return f(caf::meta::type_name("ActorSnapshot"), x.role, x.rank, x.worker, x.state, x.epoch,
-           x.items, x.bytes, x.steps, x.detail);
+           x.items, x.bytes, x.steps, x.detail, x.node, x.pid, x.items_per_s, x.queue_depth,
+           x.queue_capacity, x.input_wait_s, x.output_wait_s, x.uptime_s);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShutdownRequest& x) {

@@ -5,6 +5,7 @@
 
 #include "actors/state/coordinator_state.h"
 #include "actors/state/dispatcher_state.h"
+#include "actors/state/status_board.h"
 #include "actors/state/worker_core.h"
 #include "io/persist/checkpoint_store.h"
 
@@ -59,8 +60,15 @@ struct WorkerActorState {
   uint32_t rank = 0, worker = 0, epoch = 0;
   uint64_t items = 0, bytes = 0;
   std::string state = "idle";
+  std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
   static inline const char* name = "shardyard.worker";
 };
+
+// What the monitor sees of a role: its live stats when the process has a StatusBoard.
+std::shared_ptr<RoleStats> role_stats(const JobData& job, const char* role, uint32_t rank,
+                                      uint32_t worker = 0) {
+  return job.status ? job.status->role(role, rank, worker) : nullptr;
+}
 
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActorState> self,
                                       std::shared_ptr<const JobData> job, uint32_t rank,
@@ -69,6 +77,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
   self->state.rank = rank;
   self->state.worker = worker;
   self->state.core = std::make_unique<WorkerCore>(job, rank, worker);
+  self->state.stats = role_stats(*job, "worker", rank, worker);
   return {
       // Detached actor: the unit blocks this actor's own thread, nobody else's. It accepts the
       // unit at once and reports its end to the dispatcher that sent it.
@@ -80,6 +89,10 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         auto& st = self->state;
         st.epoch = unit.epoch;
         st.state = "running";
+        if (st.stats) {
+          st.stats->set_epoch(unit.epoch);
+          st.stats->set_state(RoleState::kRunning);
+        }
         WorkerDone done{unit.rank, unit.worker, unit.epoch, 0, 0, true, {}};
         auto channel = job->data_plane->attach(unit.channel);
         if (!channel) {
@@ -92,12 +105,17 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
         st.items += done.items;
         st.bytes += done.bytes;
         st.state = done.ok ? "idle" : "failed";
+        if (st.stats) {
+          st.stats->set_state(done.ok ? RoleState::kIdle : RoleState::kFailed);
+          st.stats->set_detail(done.error);
+        }
         if (dispatcher) self->send(dispatcher, done);
         return rp;
       },
       [=](const SnapshotRequest& msg) -> ActorSnapshot {
         const ActorTurn turn(msg);
         auto& st = self->state;
+        if (st.stats) return job->status->snapshot(*st.stats);
         ActorSnapshot s;
         s.role = "worker";
         s.rank = st.rank;
@@ -111,6 +129,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
       [=](const ShutdownRequest& msg) -> ShutdownAck {
         const ActorTurn turn(msg);
         auto ack = ShutdownAck{"worker", self->state.rank, self->state.worker};
+        if (self->state.stats) self->state.stats->set_state(RoleState::kStopped);
         self->state.core.reset();
         self->quit();
         return ack;
@@ -148,7 +167,18 @@ struct DispatcherActorState {
   // process died is never answered, so its loss answers them.
   std::vector<std::pair<uint64_t, caf::typed_response_promise<EpochTicket>>> starting;
   uint64_t next_start = 0;
+  std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
   static inline const char* name = "shardyard.dispatcher";
+  // Shows the core's state (units out, done, failed) to the monitor.
+  void publish() {
+    if (!stats) return;
+    ActorSnapshot s = core->snapshot();
+    stats->set_epoch(s.epoch);
+    stats->set_state(s.state == "failed"    ? RoleState::kFailed
+                     : s.state == "running" ? RoleState::kRunning
+                                            : RoleState::kIdle);
+    stats->set_detail(s.detail);
+  }
 };
 
 dispatcher_actor::behavior_type dispatcher_fn(
@@ -157,6 +187,7 @@ dispatcher_actor::behavior_type dispatcher_fn(
     std::vector<worker_actor> workers, loader_actor loader) {
   const ActorTurn turn;
   self->state.core = std::make_unique<DispatcherState>(job, rank);
+  self->state.stats = role_stats(*job, "dispatcher", rank);
   self->state.coordinator = coordinator;
   self->state.workers = std::move(workers);
   self->state.running.resize(self->state.workers.size());
@@ -170,6 +201,7 @@ dispatcher_actor::behavior_type dispatcher_fn(
       self->send(self->state.loader, done);
     }
     self->state.core->unit_done(done);
+    self->state.publish();
   };
   auto unit_failed = [=](const WorkUnit& unit, const Status& why) {
     unit_done(WorkerDone{unit.rank, unit.worker, unit.epoch, 0, 0, false, why.to_string()});
@@ -219,6 +251,7 @@ dispatcher_actor::behavior_type dispatcher_fn(
                   const ActorTurn turn(key);
                   if (!settled()) return;
                   auto a = self->state.core->start_epoch(start, key);
+                  self->state.publish();
                   if (!a.is_ok()) {
                     rp.deliver(to_error(a.status()));
                     return;
@@ -261,10 +294,12 @@ dispatcher_actor::behavior_type dispatcher_fn(
       },
       [=](const SnapshotRequest& msg) -> ActorSnapshot {
         const ActorTurn turn(msg);
+        if (self->state.stats) return job->status->snapshot(*self->state.stats);
         return self->state.core->snapshot();
       },
       [=](const ShutdownRequest& msg) -> ShutdownAck {
         const ActorTurn turn(msg);
+        if (self->state.stats) self->state.stats->set_state(RoleState::kStopped);
         for (auto& w : self->state.workers) self->demonitor(w.address());
         self->state.workers.clear();
         self->state.coordinator = nullptr;

@@ -71,7 +71,7 @@ endif()
 
 install(TARGETS shardyard_lib shardyard_actors shardyard_state shardyard_io shardyard_io_fs
                 shardyard_io_format shardyard_io_remote shardyard_io_transport
-                shardyard_io_persist shardyard_gpu shardyard_runtime
+                shardyard_io_persist shardyard_io_serve shardyard_gpu shardyard_runtime
         EXPORT shardyardTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

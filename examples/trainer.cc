@@ -72,12 +72,15 @@ int main(int argc, char** argv) {
   opt.plan.shuffle = true;
   opt.plan.seed = 17;
   if (Status st = opt.topology_from_env(); !st.is_ok()) return fail(st);
+  if (Status st = opt.monitor_from_env(); !st.is_ok()) return fail(st);  // SHARDYARD_METRICS_PORT
   if (Status st = StageRegistry::global().add("decode_label", map_stage(decode_label)); !st.is_ok())
     return fail(st);
   opt.pipeline.map("decode_label").map("drop_fields", {{"fields", "json"}});
 
   auto loader = Loader::open(opt);
   if (!loader.is_ok()) return fail(loader.status());
+  if (uint16_t port = (*loader)->cluster().monitor_port(); port > 0)
+    std::fprintf(stderr, "monitor: http://%s:%u/status\n", opt.metrics_address.c_str(), port);
   // Resuming: the checkpoint says which epoch (and step) to continue.
   uint32_t first_epoch = 0;
   uint64_t first_step = 0;

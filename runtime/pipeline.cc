@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 namespace shardyard {
 
@@ -92,6 +94,21 @@ class CountStage : public Stage {
   uint64_t count_ = 0;
 };
 
+// Sleeps `us` microseconds per item and changes nothing: a stand-in for a costly transform
+// (decoding, augmentation) in benchmarks, demonstrations of the monitor, and tests that need
+// a job that stays alive for a while.
+class SleepStage : public Stage {
+ public:
+  explicit SleepStage(uint64_t us) : us_(us) {}
+  Status process(Item&, StageContext&) override {
+    std::this_thread::sleep_for(std::chrono::microseconds(us_));
+    return Status::ok();
+  }
+
+ private:
+  uint64_t us_;
+};
+
 class FnStage : public Stage {
  public:
   explicit FnStage(MapFn fn) : fn_(std::move(fn)) {}
@@ -142,6 +159,15 @@ StageRegistry::StageRegistry() {
   factories_["count"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
     auto it = p.find("field");
     return std::unique_ptr<Stage>(new CountStage(it == p.end() ? "seq" : it->second));
+  };
+  factories_["sleep"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
+    SY_ASSIGN_OR_RETURN(auto text, require(p, "sleep", "us"));
+    char* end = nullptr;
+    unsigned long long us = std::strtoull(text.c_str(), &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || us > 60000000ull)
+      return invalid_argument("stage 'sleep': us='" + text +
+                              "' must be a number of microseconds up to 60000000");
+    return std::unique_ptr<Stage>(new SleepStage(us));
   };
   factories_["rename_field"] = [](const StageParams& p) -> Result<std::unique_ptr<Stage>> {
     SY_ASSIGN_OR_RETURN(auto from, require(p, "rename_field", "from"));

@@ -136,7 +136,8 @@ StageFactory map_stage(MapFn fn);
 
 // Built in: "select_fields" (fields=a,b: keep only these), "drop_fields" (fields=a,b),
 // "rename_field" (from=x, to=y), "count" (field=seq: numbers the items an instance sees;
-// stateful).
+// stateful), "sleep" (us=N: waits N microseconds per item, a stand-in for a costly
+// transform).
 class StageRegistry {
  public:
   static StageRegistry& global();

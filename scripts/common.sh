@@ -12,6 +12,7 @@ SY_PACKAGES=(
   python3 tar gzip nginx libarchive-tools
   clang libclang-rt-14-dev llvm
   libdlpack-dev
+  libboost-dev prometheus
 )
 
 sy_install_packages() {

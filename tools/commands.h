@@ -23,6 +23,7 @@ Command add_run_command(CLI::App& app, Env* env);
 Command add_manifest_commands(CLI::App& app);
 Command add_checkpoint_commands(CLI::App& app);
 Command add_coordinator_command(CLI::App& app, Env* env);
+Command add_monitor_command(CLI::App& app);
 
 // Prints "shardyard: error: <what>" to stderr.
 void print_error(const std::string& what);

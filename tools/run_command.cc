@@ -53,6 +53,8 @@ struct RunArgs {
   std::string device;  // empty: batches stay in host memory
   uint32_t device_prefetch = 2;
   bool check_device = false;
+  int32_t metrics_port = -1;  // -1: SHARDYARD_METRICS_PORT, else not served
+  std::string metrics_address;
 };
 
 struct RankResult {
@@ -273,6 +275,12 @@ int run(const RunArgs& args, Env* env) {
   opt.cache_dir = args.cache_dir;
   opt.device = args.device;
   opt.device_prefetch = args.device_prefetch;
+  if (Status st = opt.monitor_from_env(); !st.is_ok()) {
+    print_error(st.message());
+    return 2;
+  }
+  if (args.metrics_port >= 0) opt.metrics_port = args.metrics_port;
+  if (!args.metrics_address.empty()) opt.metrics_address = args.metrics_address;
   if (args.check_device && args.device.empty()) {
     print_error("--check-device needs --device");
     return 2;
@@ -360,6 +368,9 @@ int run(const RunArgs& args, Env* env) {
     print_error(cluster.status().to_string());
     return 1;
   }
+  if (const uint16_t port = (*cluster)->monitor_port(); port > 0)
+    std::fprintf(stderr, "shardyard: monitor: http://%s:%u/metrics and /status\n",
+                 opt.metrics_address.c_str(), port);
   const auto& report = (*cluster)->scan_report();
   for (const auto& w : report.skipped) print_warning("skipped: " + w);
   for (const auto& w : report.warnings) print_warning(w);
@@ -419,6 +430,7 @@ int run(const RunArgs& args, Env* env) {
   signals.on_signal([](int) {});  // the run is over: a late signal changes nothing
   auto t_end = clock::now();
   finished = true;
+  const uint16_t metrics_port = (*cluster)->monitor_port();
   if (progress_thread.joinable()) progress_thread.join();
   Status st = (*cluster)->shutdown();
 
@@ -467,6 +479,7 @@ int run(const RunArgs& args, Env* env) {
   j["cpu_seconds"] = cpu_seconds() - cpu0;
   j["peak_rss_kb"] = peak_rss_kb();
   if (!args.device.empty()) j["device"] = args.device;
+  if (opt.metrics_port >= 0) j["metrics_port"] = metrics_port;
   if (!args.checkpoint_dir.empty()) {
     std::vector<double> all;
     for (const auto& r : results) all.insert(all.end(), r.save_ms.begin(), r.save_ms.end());
@@ -589,6 +602,13 @@ Command add_run_command(CLI::App& app, Env* env) {
       ->check(CLI::Range(1u, 64u));
   cmd->add_flag("--check-device", args->check_device,
                 "copy every batch back from the device and compare it with the host batch");
+  cmd->add_option("--metrics-port", args->metrics_port,
+                  "serve GET /metrics (Prometheus) and GET /status (JSON) on this port while "
+                  "the run lasts (0: a free port, printed on stderr; default: "
+                  "$SHARDYARD_METRICS_PORT, else none)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--metrics-address", args->metrics_address,
+                  "address the metrics endpoint listens on (default 127.0.0.1, loopback only)");
   return [args, env] { return run(*args, env); };
 }
 

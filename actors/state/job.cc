@@ -85,6 +85,7 @@ Result<std::shared_ptr<const JobData>> make_job(JobOptions options) {
   job->prefetch_shards = std::max(1u, options.prefetch_shards);
   job->route_key_field = std::move(options.route_key_field);
   job->checkpoint_timeout_ms = options.checkpoint_timeout_ms;
+  job->status = std::move(options.status);
   job->reader.max_sample_bytes = options.max_sample_bytes;
   // The pool must be able to keep the buffers of the batches in flight (prefetched, being
   // built, held by the trainer) plus the open chunks, or every large batch is mapped and

@@ -23,6 +23,8 @@
 
 namespace shardyard::actors {
 
+class StatusBoard;  // status_board.h
+
 struct JobData {
   std::shared_ptr<const Manifest> manifest;
   ItemIndex index;
@@ -44,6 +46,8 @@ struct JobData {
   std::string route_key_field;     // by key: route by this field's bytes (empty: the item key)
   io::SampleReaderOptions reader;  // of every SampleReader (the bound on one sample's bytes)
   uint32_t checkpoint_timeout_ms = 120000;  // how long a save waits for the other ranks
+  // What the roles of this process report to the monitor (null: nothing is reported).
+  std::shared_ptr<StatusBoard> status;
 
   JobInfo info() const;
 };
@@ -65,6 +69,7 @@ struct JobOptions {
   FileSystem* fs = nullptr;
   Clock* clock = nullptr;
   std::shared_ptr<DataPlane> data_plane;
+  std::shared_ptr<StatusBoard> status;  // what the roles report to the monitor (null: nothing)
 };
 
 // Resolves defaults (L, chunk size, the dispatch mode) and validates the spec against the

@@ -289,20 +289,36 @@ struct ResumeAck {
   MailboxOrder order{};
 };
 
-// anyone -> any role: a plain snapshot of the actor's state (for the monitor and tests).
+// anyone -> any role: a plain snapshot of the actor's state (for the monitor and tests;
+// docs/monitor.md says what each field means for each role).
 struct SnapshotRequest {
   MailboxOrder order{};
 };
 struct ActorSnapshot {
-  std::string role;  // coordinator, dispatcher, worker, loader
+  std::string role;  // coordinator, dispatcher, worker, loader, checkpoint
   uint32_t rank = 0;
   uint32_t worker = 0;
-  std::string state;  // idle, running, done, failed, stopping
+  std::string state;  // role_stats.h: idle, running, waiting_input, waiting_output, ...
   uint32_t epoch = 0;
   uint64_t items = 0;
   uint64_t bytes = 0;
   uint64_t steps = 0;
   std::string detail;
+  std::string node;  // host name of its process
+  uint32_t pid = 0;
+  double items_per_s = 0;       // over the last seconds
+  uint64_t queue_depth = 0;     // its output queue: packets, deliveries or ready batches
+  uint64_t queue_capacity = 0;  // 0: unbounded or none
+  double input_wait_s = 0;      // time blocked waiting for input, in total
+  double output_wait_s = 0;     // time blocked waiting for its consumer, in total
+  double uptime_s = 0;          // since the actor started
+  MailboxOrder order{};
+};
+
+// coordinator -> a rank process (in a job of several processes): what the process hosts,
+// for the monitor. The reply is a RankReport (actors/state/job_status.h): the status of
+// each rank it hosts and its metric samples. Not sent yet (docs/monitor.md).
+struct RankReportRequest {
   MailboxOrder order{};
 };
 

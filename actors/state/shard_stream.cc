@@ -32,8 +32,9 @@ ShardSequence sequence_of(const JobData& job, uint32_t shard, uint64_t key) {
 }
 }  // namespace
 
-ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader)
-    : job_(job), unit_(unit), reader_(reader) {
+ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader,
+                           RoleStats* stats)
+    : job_(job), unit_(unit), reader_(reader), stats_(stats) {
   cursors_.reserve(unit.shards.size());
   for (size_t k = 0; k < unit.shards.size(); ++k) {
     ShardSequence seq = sequence_of(job, unit.shards[k], unit.epoch_key);
@@ -49,7 +50,10 @@ Result<Item> ShardStreams::next(uint32_t k) {
     if (c.next_chunk >= c.seq.num_chunks())
       return internal_error("logical shard " + std::to_string(unit_.shards[k]) +
                             " has no item left");
-    SY_RETURN_IF_ERROR(read_chunk(job_, reader_, c.seq, c.next_chunk, &c.items));
+    {
+      WaitScope reading(stats_, true);
+      SY_RETURN_IF_ERROR(read_chunk(job_, reader_, c.seq, c.next_chunk, &c.items));
+    }
     c.perm = c.seq.chunk_permutation(c.next_chunk);
     c.pos = c.skip;
     c.skip = 0;

@@ -12,14 +12,17 @@
 #include <vector>
 
 #include "actors/state/job.h"
+#include "actors/state/role_stats.h"
 #include "io/format/sample_reader.h"
 
 namespace shardyard::actors {
 
 class ShardStreams {
  public:
-  // The unit's shards (in its order) from their consumed positions.
-  ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader);
+  // The unit's shards (in its order) from their consumed positions. Reads count as waits
+  // for input of `stats` (may be null).
+  ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader,
+               RoleStats* stats = nullptr);
   // The next item of the unit's k-th shard (logical shard and id set).
   Result<Item> next(uint32_t k);
 
@@ -35,6 +38,7 @@ class ShardStreams {
   const JobData& job_;
   const WorkUnit& unit_;
   io::SampleReader& reader_;
+  RoleStats* stats_;
   std::vector<Cursor> cursors_;
 };
 

@@ -18,6 +18,7 @@
 #endif
 
 #include "actors/state/shard_stream.h"
+#include "actors/state/status_board.h"
 #include "runtime/checkpoint.h"
 
 namespace shardyard::actors {
@@ -71,22 +72,30 @@ std::shared_ptr<const std::string> StageRunner::state() const {
 // ---- worker ------------------------------------------------------------------------------
 
 namespace {
-// Gathers items into packets for a channel.
+// Gathers items into packets for a channel; a push into a full channel is a wait for output,
+// and the items count for the monitor as they are produced.
 class Packer {
  public:
-  Packer(const JobData& job, io::Channel& channel) : job_(job), channel_(channel) {}
+  Packer(const JobData& job, io::Channel& channel, RoleStats* stats)
+      : job_(job), channel_(channel), stats_(stats) {}
   Status add(Item item, UnitStats* stats) {
     const uint64_t bytes = item.payload_bytes();
     stats->bytes += bytes;
     ++stats->items;
     bytes_ += bytes;
+    if (stats_) stats_->add(1, bytes);
     packet_.items.push_back(std::move(item));
     if (packet_.items.size() >= job_.packet_items || bytes_ >= job_.packet_bytes) return flush();
     return Status::ok();
   }
   Status flush() {
     if (packet_.items.empty()) return Status::ok();
-    Status st = channel_.push(std::move(packet_));
+    packet_.bytes = bytes_;
+    Status st;
+    {
+      WaitScope pushing(stats_, false);
+      st = channel_.push(std::move(packet_));
+    }
     packet_ = io::Packet{};
     bytes_ = 0;
     return st;
@@ -95,6 +104,7 @@ class Packer {
  private:
   const JobData& job_;
   io::Channel& channel_;
+  RoleStats* stats_;
   io::Packet packet_;
   uint64_t bytes_ = 0;
 };
@@ -102,6 +112,7 @@ class Packer {
 
 WorkerCore::WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32_t worker)
     : job_(std::move(job)), reader_(*job_->fs, job_->manifest, job_->pool, job_->reader) {
+  if (job_->status) stats_ = job_->status->role("worker", rank, worker);
   identity_.rank = rank;
   identity_.world_size = job_->topology.ranks;
   identity_.worker = worker;
@@ -132,9 +143,9 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
   const auto& job = *job_;
   SY_ASSIGN_OR_RETURN(auto stages, StageRunner::open(job, 0, job.cut.merge_at, identity_,
                                                      unit.stage_states, unit.rescaled));
-  ShardStreams streams(job, unit, reader_);
+  ShardStreams streams(job, unit, reader_, stats_.get());
   InterleaveCursor order(unit.take, unit.consumed);
-  Packer packer(job, channel);
+  Packer packer(job, channel, stats_.get());
   while (!order.done()) {
     SY_ASSIGN_OR_RETURN(Item item, streams.next(order.next()));
     if (!stages.empty()) {
@@ -154,7 +165,7 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
   const auto& job = *job_;
   SY_ASSIGN_OR_RETURN(auto stages, StageRunner::open(job, job.cut.dispatcher_end, job.cut.merge_at,
                                                      identity_, unit.stage_states, unit.rescaled));
-  Packer packer(job, channel);
+  Packer packer(job, channel, stats_.get());
   auto emit = [&](Item item) -> Status {
     if (!stages.empty()) {
       SY_RETURN_IF_ERROR(stages.process(item, identity_, unit.epoch_key));
@@ -170,6 +181,7 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
     if (d.kind == io::Delivery::Kind::kItems && d.items.empty()) {
       // Nothing queued: hand the loader what this worker holds before waiting.
       SY_RETURN_IF_ERROR(packer.flush());
+      WaitScope waiting(stats_.get(), true);
       SY_ASSIGN_OR_RETURN(d, route.receive(unit.worker, true));
     }
     switch (d.kind) {
@@ -196,6 +208,7 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
           // buffer (as completed, the channel's capacity is the only bound needed).
           if (job.exact_order && position >= route.consumed_position() + window) {
             SY_RETURN_IF_ERROR(packer.flush());
+            WaitScope credit(stats_.get(), false);
             SY_RETURN_IF_ERROR(route.wait_consumed(position + 1 - window));
           }
           Item item = shard.items[i];  // a copy of the views: the bytes stay shared
@@ -226,6 +239,7 @@ DispatchCore::DispatchCore(std::shared_ptr<const JobData> job, uint32_t rank)
   identity_.global_worker = rank * job_->topology.workers;
   identity_.seed = job_->plan.seed;
   identity_.dispatcher = true;
+  if (job_->status) stats_ = job_->status->role("dispatcher", rank);
 }
 
 Result<UnitStats> DispatchCore::run(const WorkUnit& unit, io::Route& route) {
@@ -243,14 +257,16 @@ Status DispatchCore::route_items(const WorkUnit& unit, io::Route& route, UnitSta
   const auto& job = *job_;
   SY_ASSIGN_OR_RETURN(auto stages, StageRunner::open(job, 0, job.cut.dispatcher_end, identity_,
                                                      unit.stage_states, unit.rescaled));
-  ShardStreams streams(job, unit, reader_);
+  ShardStreams streams(job, unit, reader_, stats_.get());
   InterleaveCursor order(unit.take, unit.consumed);
   uint64_t position = 0;
   for (auto c : unit.consumed) position += c;
   const uint64_t window = route.window();
   while (!order.done()) {
-    if (position >= route.consumed_position() + window)
+    if (position >= route.consumed_position() + window) {
+      WaitScope credit(stats_.get(), false);
       SY_RETURN_IF_ERROR(route.wait_consumed(position + 1 - window));
+    }
     SY_ASSIGN_OR_RETURN(Item item, streams.next(order.next()));
     item.position = position++;
     if (!stages.empty()) {
@@ -270,9 +286,11 @@ Status DispatchCore::route_items(const WorkUnit& unit, io::Route& route, UnitSta
       h.add(key);
       item.worker = static_cast<uint32_t>(h.digest() % job.topology.workers);
     }
-    stats->bytes += item.payload_bytes();
+    const uint64_t bytes = item.payload_bytes();
+    stats->bytes += bytes;
     ++stats->items;
     SY_RETURN_IF_ERROR(route.send(std::move(item)));
+    if (stats_) stats_->add(1, bytes);
   }
   return Status::ok();
 }
@@ -294,6 +312,7 @@ Status DispatchCore::broadcast(const WorkUnit& unit, io::Route& route, UnitStats
   auto launch = [&]() -> Status {
     const size_t k = launched;
     if (k > ahead && unit.take[k] > unit.consumed[k]) {  // else: consumed before a resume
+      WaitScope credit(stats_.get(), false);
       SY_RETURN_IF_ERROR(route.wait_consumed(first[k - ahead]));
       // A used shard's items were freed on the threads that last held them (workers,
       // collators), into their allocator arenas; hand that memory back before loading the
@@ -317,7 +336,11 @@ Status DispatchCore::broadcast(const WorkUnit& unit, io::Route& route, UnitStats
   for (size_t k = 0; k < count && st.is_ok(); ++k) {
     if (launched == k) st = launch();
     if (!st.is_ok()) break;
-    auto shard = loading.front().get();
+    Result<std::shared_ptr<io::SharedShard>> shard = std::shared_ptr<io::SharedShard>();
+    {
+      WaitScope loading_wait(stats_.get(), true);
+      shard = loading.front().get();
+    }
     loading.pop_front();
     if (!shard.is_ok()) {
       st = shard.status();
@@ -325,6 +348,7 @@ Status DispatchCore::broadcast(const WorkUnit& unit, io::Route& route, UnitStats
     }
     stats->items += (*shard)->items.size();
     stats->bytes += (*shard)->bytes;
+    if (stats_) stats_->add((*shard)->items.size(), (*shard)->bytes);
     if (!(*shard)->items.empty()) st = route.send_shard(std::move(shard).value());
     while (st.is_ok() && launched < count && launched <= k + ahead) st = launch();
   }

@@ -22,6 +22,10 @@
 // order, and sends items (round robin, on request) or whole loaded shards (broadcast,
 // loading the next ones ahead on other threads) into the route.
 //
+// Both report to the monitor as they go (job->status, role_stats.h): items and bytes as
+// they leave, time spent reading or waiting for routed items (input) and blocked on a full
+// channel or the loader's credit (output).
+//
 // Single-owner: one WorkerCore per worker thread, one DispatchCore per dispatcher feed.
 // run() blocks (reads, backpressure).
 #pragma once
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "actors/state/job.h"
+#include "actors/state/role_stats.h"
 #include "io/format/sample_reader.h"
 
 namespace shardyard::actors {
@@ -73,6 +78,7 @@ class WorkerCore {
   std::shared_ptr<const JobData> job_;
   WorkerInfo identity_;
   io::SampleReader reader_;
+  std::shared_ptr<RoleStats> stats_;  // the worker's, from job->status (null: none)
 };
 
 class DispatchCore {
@@ -89,6 +95,7 @@ class DispatchCore {
   std::shared_ptr<const JobData> job_;
   WorkerInfo identity_;
   io::SampleReader reader_;
+  std::shared_ptr<RoleStats> stats_;  // the dispatcher's, from job->status (null: none)
 };
 
 }  // namespace shardyard::actors

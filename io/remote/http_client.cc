@@ -299,6 +299,8 @@ Status failure(const Call& call, CURLcode res, const Transfer& t) {
   return io_error(msg);
 }
 
+std::atomic<uint64_t> g_retries{0};
+
 // Runs one step of the retry loop: true to try again (after sleeping, never past the
 // deadline), false to give up.
 bool should_retry(const HttpOptions& o, Transport transport, const Transfer& t, uint32_t* failures,
@@ -306,6 +308,7 @@ bool should_retry(const HttpOptions& o, Transport transport, const Transfer& t, 
   if (g_cancelled || deadline.expired()) return false;
   if (classify(transport, t.status, s3_error_code(t.error_body)) != Verdict::kRetry) return false;
   if (++*failures > o.retry.max_retries) return false;
+  g_retries.fetch_add(1, std::memory_order_relaxed);
   long wait = backoff_ms(o.retry, *failures, thread_random());
   if (deadline.remaining_ms() > 0) wait = std::min(wait, deadline.remaining_ms());
   std::this_thread::sleep_for(std::chrono::milliseconds(wait));
@@ -328,6 +331,8 @@ Status gave_up(const HttpOptions& o, const Call& call, CURLcode res, const Trans
 }
 
 }  // namespace
+
+uint64_t remote_read_retries() { return g_retries.load(std::memory_order_relaxed); }
 
 Result<HttpOptions> HttpOptions::from_env() {
   HttpOptions o;

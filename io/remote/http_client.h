@@ -97,4 +97,8 @@ class HttpClient {
   HttpOptions options_;
 };
 
+// Retries of HTTP(S) and S3 requests in this process so far, by every HttpClient (a
+// relaxed counter, for the monitor's shardyard_remote_read_retries_total).
+uint64_t remote_read_retries();
+
 }  // namespace shardyard::io

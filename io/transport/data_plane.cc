@@ -24,6 +24,7 @@ class InprocChannel : public Channel {
       --producers_waiting_;
     }
     if (cancelled_) return cancelled("the consumer stopped reading");
+    bytes_ += packet.bytes;
     queue_.push_back(std::move(packet));
     // Wake the consumer only when it can be waiting: a futex wake per packet costs more
     // than moving the packet.
@@ -50,6 +51,7 @@ class InprocChannel : public Channel {
     if (queue_.empty()) return false;
     *out = std::move(queue_.front());
     queue_.pop_front();
+    bytes_ -= out->bytes;
     if (producers_waiting_ > 0) not_full_.notify_one();
     return true;
   }
@@ -58,6 +60,7 @@ class InprocChannel : public Channel {
     MutexLock lock(&mu_);
     cancelled_ = true;
     queue_.clear();
+    bytes_ = 0;
     not_full_.notify_all();
     not_empty_.notify_all();
   }
@@ -65,6 +68,10 @@ class InprocChannel : public Channel {
   size_t depth() const override {
     MutexLock lock(&mu_);
     return queue_.size();
+  }
+  uint64_t queued_bytes() const override {
+    MutexLock lock(&mu_);
+    return bytes_;
   }
 
  private:
@@ -77,6 +84,7 @@ class InprocChannel : public Channel {
   mutable Mutex mu_;
   CondVar not_full_, not_empty_;
   std::deque<Packet> queue_ SY_GUARDED_BY(mu_);
+  uint64_t bytes_ SY_GUARDED_BY(mu_) = 0;  // Packet::bytes of queue_
   uint32_t finished_ SY_GUARDED_BY(mu_) = 0;
   Status error_ SY_GUARDED_BY(mu_);
   bool cancelled_ SY_GUARDED_BY(mu_) = false;

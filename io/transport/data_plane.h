@@ -25,6 +25,7 @@ namespace shardyard::io {
 
 struct Packet {
   std::vector<Item> items;
+  uint64_t bytes = 0;  // payload bytes of the items, as the producer counted them
 };
 
 class Channel {
@@ -41,8 +42,9 @@ class Channel {
   virtual Result<bool> pop(Packet* out) = 0;
   // The consumer gives up: blocked and later pushes return kCancelled.
   virtual void cancel() = 0;
-  // Packets queued now (for the monitor).
+  // Packets queued now, and the payload bytes they hold (Packet::bytes), for the monitor.
   virtual size_t depth() const = 0;
+  virtual uint64_t queued_bytes() const = 0;
 };
 
 // A logical shard loaded whole by a rank's dispatcher and shared read-only with all of the

@@ -2,6 +2,8 @@
 // process-local hides in a message and every type is registered.
 #include "actors/protocol.h"
 
+#include "actors/status_protocol.h"
+
 #include <gtest/gtest.h>
 
 namespace shardyard::actors {
@@ -132,15 +134,62 @@ TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
   EXPECT_EQ(sr.step, 3u);
   EXPECT_EQ(sr.items, 4u);
   round_trip(SnapshotRequest{});
-  auto snap = round_trip(ActorSnapshot{"worker", 1, 2, "running", 3, 4, 5, 6, "detail"});
+  auto snap = round_trip(ActorSnapshot{"worker", 1, 2, "running", 3, 4, 5, 6, "detail", "n1", 42,
+                                       2.5, 3, 4, 1.25, 0.5, 9});
   EXPECT_EQ(snap.role, "worker");
   EXPECT_EQ(snap.state, "running");
   EXPECT_EQ(snap.steps, 6u);
   EXPECT_EQ(snap.detail, "detail");
+  EXPECT_EQ(snap.node, "n1");
+  EXPECT_EQ(snap.pid, 42u);
+  EXPECT_EQ(snap.items_per_s, 2.5);
+  EXPECT_EQ(snap.queue_capacity, 4u);
+  EXPECT_EQ(snap.input_wait_s, 1.25);
+  EXPECT_EQ(snap.output_wait_s, 0.5);
+  EXPECT_EQ(snap.uptime_s, 9);
   EXPECT_EQ(round_trip(ShutdownRequest{"bye"}).reason, "bye");
   auto ack = round_trip(ShutdownAck{"dispatcher", 3, 0});
   EXPECT_EQ(ack.role, "dispatcher");
   EXPECT_EQ(ack.rank, 3u);
+}
+
+TEST_F(ProtocolTest, RankReportRoundTripsWithItsMetricSamples) {
+  // What a rank process will send its coordinator for the monitor, in one message.
+  round_trip(RankReportRequest{});
+  RankReport in;
+  RankStatus r;
+  r.rank = 3;
+  r.node = "n2";
+  r.pid = 77;
+  r.epoch = 1;
+  r.epoch_open = true;
+  r.step = 5;
+  r.steps = 9;
+  r.items = 40;
+  r.shards = {3, 7};
+  r.take = {20, 21};
+  r.consumed = {20, 0};
+  r.queues = {QueueStatus{"r3/e1/w0", 2, 4, 4096}};
+  r.checkpoint_saves = 2;
+  r.checkpoint_generation = 6;
+  r.checkpoint_generations = {5, 6};
+  r.actors = {ActorSnapshot{"worker", 3, 0, "waiting_output", 1, 40, 800, 0, "", "n2", 77}};
+  in.ranks = {r};
+  MetricsRegistry reg(MetricLabels{{"node", "n2"}});
+  reg.counter("shardyard_items_total", "items", {{"rank", "3"}}).add(40);
+  reg.histogram("shardyard_step_seconds", "step", {0.1, 1}, {{"rank", "3"}}).observe(0.5);
+  in.metrics = reg.collect();
+  RankReport out = round_trip(in);
+  ASSERT_EQ(out.ranks.size(), 1u);
+  EXPECT_EQ(out.ranks[0].consumed, (std::vector<uint64_t>{20, 0}));
+  EXPECT_EQ(out.ranks[0].queues.at(0).bytes, 4096u);
+  EXPECT_EQ(out.ranks[0].checkpoint_generations, (std::vector<uint64_t>{5, 6}));
+  EXPECT_EQ(out.ranks[0].actors.at(0).state, "waiting_output");
+  ASSERT_EQ(out.metrics.families.size(), 2u);
+  EXPECT_EQ(out.metrics.families[1].type, MetricType::kHistogram);
+  EXPECT_EQ(out.metrics.families[1].points.at(0).buckets, (std::vector<uint64_t>{0, 1, 0}));
+  EXPECT_EQ(out.metrics.families[0].points.at(0).labels,
+            (MetricLabels{{"rank", "3"}, {"node", "n2"}}));
 }
 
 TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {

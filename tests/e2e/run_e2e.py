@@ -9,6 +9,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -268,6 +269,15 @@ def case_trainer(tmp):
                        capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"trainer failed ({p.returncode}): {p.stderr}")
     check("ok: 2 epochs" in p.stdout, f"trainer output: {p.stdout!r}")
+    check("monitor:" not in p.stderr, "no monitoring endpoint unless asked")
+    # A launcher asks for the monitoring endpoint through the environment.
+    env = dict(os.environ, SHARDYARD_METRICS_PORT="0")
+    p = subprocess.run([ARGS.trainer, "--source", f"{tmp}/d/shard-{{000000..000005}}.tar",
+                        "--workers", "2", "--epochs", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    check(p.returncode == 0 and "ok: 1 epochs" in p.stdout, f"trainer with a port: {p.stderr}")
+    check(re.search(r"monitor: http://127\.0\.0\.1:\d+/status", p.stderr),
+          f"the trainer served its status: {p.stderr!r}")
     # Save every 4 steps (150 samples, 10 steps of 16: the last save is after step 8), then
     # resume with another worker count and finish a second epoch: 22 + 150 samples.
     src = f"{tmp}/d/shard-{{000000..000005}}.tar"

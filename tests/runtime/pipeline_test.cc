@@ -92,6 +92,17 @@ TEST(BuiltInStages, MissingParametersAreInvalidArguments) {
   }
 }
 
+TEST(BuiltInStages, SleepChangesNothingAndRefusesABadDuration) {
+  Item it = sample_item();
+  ASSERT_TRUE(run(Spec().map("sleep", {{"us", "10"}}), it).is_ok());
+  EXPECT_EQ(names_of(it), names_of(sample_item()));
+  for (const char* bad : {"", "x", "-1", "5ms", "60000001"}) {
+    auto stage = StageRegistry::global().make({"sleep", {{"us", bad}}});
+    ASSERT_FALSE(stage.is_ok()) << bad;
+    EXPECT_NE(stage.status().message().find("'sleep'"), std::string::npos);
+  }
+}
+
 TEST(StageRegistry, UnknownStageTypeIsAnErrorNamingIt) {
   auto stage = StageRegistry::global().make({"decode_webp_v9", {}});
   ASSERT_FALSE(stage.is_ok());

@@ -159,8 +159,10 @@ TEST(HttpFileSystem, RetriesRunOutWithAClearError) {
   auto o = fast_options();
   o.http.retry.max_retries = 2;
   auto fs = http_file_system(o);
+  const uint64_t retries_before = remote_read_retries();
   auto r = fs->stat(env("SY_TEST_PROXY_URL") + "/_f/503/remote/blob.bin");
   ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(remote_read_retries() - retries_before, 2u) << "the monitor's counter saw them";
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("503"), std::string::npos);
   EXPECT_NE(r.status().message().find("gave up after 2 retries"), std::string::npos);

@@ -67,6 +67,21 @@ TEST(InprocChannel, PushBlocksAtCapacityUntilAPop) {
   EXPECT_EQ(ch->depth(), 2u);
 }
 
+TEST(InprocChannel, CountsTheBytesOfQueuedPackets) {
+  auto ch = inproc_data_plane()->open_channel("bytes", 1, 4);
+  Packet a = packet(0), b = packet(1);
+  a.bytes = 100;
+  b.bytes = 50;
+  ASSERT_TRUE(ch->push(std::move(a)).is_ok());
+  ASSERT_TRUE(ch->push(std::move(b)).is_ok());
+  EXPECT_EQ(ch->queued_bytes(), 150u);
+  Packet p;
+  ASSERT_TRUE(ch->pop(&p).is_ok());
+  EXPECT_EQ(ch->queued_bytes(), 50u);
+  ch->cancel();
+  EXPECT_EQ(ch->queued_bytes(), 0u) << "a cancelled channel holds nothing";
+}
+
 TEST(InprocChannel, ZeroCapacityMeansOne) {
   auto ch = inproc_data_plane()->open_channel("c", 1, 0);
   ASSERT_TRUE(ch->push(packet(0)).is_ok());
