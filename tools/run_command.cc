@@ -23,6 +23,7 @@
 #include "io/remote/http_client.h"
 #include "json_text.h"
 #include "run_stop.h"
+#include "runtime/checkpoint.h"
 
 namespace shardyard::tools {
 
@@ -186,7 +187,28 @@ void run_rank(Cluster& cluster, uint32_t rank, uint32_t slot, const RunArgs& arg
   out->status = dump.close();
 }
 
-int run(const RunArgs& args, Env* env) {
+// --resume auto (what a restarted job runs: tools/shardyard-launch --max-restarts): the
+// checkpoint committed in --checkpoint-dir when there is one, else nothing (a fresh start).
+// Every rank of a job looks at the same directory before any of them saves again, so all
+// decide alike.
+Result<std::string> auto_resume_dir(const std::string& checkpoint_dir, Env* env) {
+  if (checkpoint_dir.empty())
+    return invalid_argument(
+        "--resume auto needs --checkpoint-dir (where to look for a checkpoint)");
+  FileSystem* fs = (env != nullptr ? env : Env::Default())->file_system();
+  auto found = fs->stat(checkpoint_dir + "/" + kCheckpointManifestName);
+  if (found.is_ok()) {
+    std::fprintf(stderr, "shardyard: --resume auto: resuming from the checkpoint in %s\n",
+                 checkpoint_dir.c_str());
+    return checkpoint_dir;
+  }
+  if (found.status().code() != StatusCode::kNotFound) return found.status();
+  std::fprintf(stderr, "shardyard: --resume auto: no checkpoint in %s yet: starting fresh\n",
+               checkpoint_dir.c_str());
+  return std::string();
+}
+
+int run(RunArgs args, Env* env) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   double cpu0 = cpu_seconds();
@@ -353,6 +375,14 @@ int run(const RunArgs& args, Env* env) {
   if (args.stop_after_steps > 0 && args.checkpoint_dir.empty()) {
     print_error("--stop-after-steps needs --checkpoint-dir (where to save before stopping)");
     return 2;
+  }
+  if (args.resume_dir == "auto") {
+    auto dir = auto_resume_dir(args.checkpoint_dir, env);
+    if (!dir.is_ok()) {
+      print_error(dir.status().to_string());
+      return dir.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    args.resume_dir = *dir;
   }
   if (!args.dump_dir.empty()) {
     // Files of ranks beyond the world are an earlier run's; the other ranks' are theirs.
@@ -593,7 +623,8 @@ Command add_run_command(CLI::App& app, Env* env) {
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "also save every N steps into --checkpoint-dir");
   cmd->add_option("--resume", args->resume_dir,
-                  "resume from the checkpoint in DIR (ranks and workers may differ)");
+                  "resume from the checkpoint in DIR (ranks and workers may differ); auto: "
+                  "from --checkpoint-dir when it holds one, else start fresh");
   cmd->add_option("--device", args->device,
                   "deliver batches to a device: cuda:N (a CUDA GPU), or host (a stand-in in "
                   "host memory, for tests)");
