@@ -40,7 +40,8 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
     io_route_test actors_protocol_test actors_roles_state_test actors_shard_stream_test \
     actors_stage_runner_test actors_worker_core_test actors_merger_test actors_cluster_test \
     actors_checkpoint_cluster_test actors_dispatch_cluster_test actors_device_loader_test \
-    actors_placement_test actors_agreement_test actors_monitor_test actors_status_board_test" \
+    actors_placement_test actors_agreement_test actors_monitor_test actors_status_board_test \
+    actors_net_test" \
     sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
   # tests/tsan.supp says why each suppression is there (all are inside CAF).

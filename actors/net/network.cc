@@ -15,6 +15,7 @@
 
 #include "actors/net/job_secret.h"
 #include "actors/net/limits.h"
+#include "actors/net/tls_error_queue.h"
 
 namespace shardyard::actors::net {
 
@@ -69,6 +70,11 @@ void enable_network(caf::actor_system_config& cfg, const NetOptions& o) {
   cfg.set("middleman.connection-timeout",
           caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
   if (o.tls) {
+    if (!install_tls_error_queue_guard())
+      std::fprintf(stderr,
+                   "shardyard: warning: libssl is bound before shardyard's guard of OpenSSL's "
+                   "error queue (link shardyard into the executable, not a library loaded "
+                   "later): a TLS job may lose a connection when another one closes\n");
     cfg.load<caf::openssl::manager>();
     cfg.openssl_certificate = o.tls_dir + "/job.pem";
     cfg.openssl_key = o.tls_dir + "/job.key";
