@@ -455,7 +455,14 @@ Status Cluster::shutdown() {
         const Status error = it == rank_errors.end() ? Status::ok() : it->second;
         self->request(job_coordinator, kReplyTimeout,
                       RankLeave{r, error.is_ok(), error.is_ok() ? "" : error.to_string()})
-            .receive([](const LeaveAck& msg) { received(msg); }, [](const caf::error&) {});
+            .receive([](const LeaveAck& msg) { received(msg); },
+                     [&](const caf::error& err) {
+                       // The coordinator then hears of this rank as lost.
+                       std::fprintf(stderr,
+                                    "shardyard: warning: rank %u could not tell the coordinator "
+                                    "that it left: %s\n",
+                                    r, caf::to_string(err).c_str());
+                     });
       }
       // The process hosting the coordinator keeps it until the other ranks have left too:
       // they lose it with this process.
