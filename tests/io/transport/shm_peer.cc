@@ -2,6 +2,10 @@
 // way a rank starts a worker process: the socket's descriptor number comes in the
 // environment (SHARDYARD_TEST_SOCKET_FD).
 //
+//   shm_peer produce SEED PACKETS MAX_ITEMS MAX_FIELD_BYTES
+//       connects as a producer and pushes PACKETS packets of the stream (test_items.h), or
+//       packets until a push fails when PACKETS is 0; then finish(OK). Exit 0 when done, 2
+//       when a push failed, 3 when it was cancelled, 4 when it could not connect.
 //   shm_peer echo
 //       receives a frame with a segment, adds 1 to each of its bytes, and answers with a
 //       frame that carries a new segment holding the frame's body.
@@ -10,13 +14,37 @@
 #include <cstring>
 #include <string>
 
+#include "io/transport/shm_channel.h"
 #include "io/transport/shm_segment.h"
 #include "io/transport/unix_socket.h"
+#include "test_items.h"
 
 using namespace shardyard;
 using namespace shardyard::io;
 
 namespace {
+
+int produce(UnixSocket socket, char** argv) {
+  testing::StreamSpec spec;
+  spec.seed = std::strtoull(argv[0], nullptr, 10);
+  const uint64_t packets = std::strtoull(argv[1], nullptr, 10);
+  spec.max_items = static_cast<uint32_t>(std::strtoul(argv[2], nullptr, 10));
+  spec.max_field_bytes = static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10));
+  auto producer = ShmProducer::connect(std::move(socket), 10000, 60000);
+  if (!producer.is_ok()) {
+    std::fprintf(stderr, "shm_peer: %s\n", producer.status().to_string().c_str());
+    return 4;
+  }
+  for (uint64_t i = 0; packets == 0 || i < packets; ++i) {
+    Status s = (*producer)->push(testing::make_packet(spec, i));
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "shm_peer: %s\n", s.to_string().c_str());
+      return s.code() == StatusCode::kCancelled ? 3 : 2;
+    }
+  }
+  (*producer)->finish(Status::ok());
+  return 0;
+}
 
 int echo(UnixSocket socket) {
   Frame f;
@@ -51,7 +79,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "produce" && argc == 6) return produce(std::move(*socket), argv + 2);
   if (mode == "echo") return echo(std::move(*socket));
-  std::fprintf(stderr, "usage: shm_peer echo\n");
+  std::fprintf(stderr, "usage: shm_peer produce SEED PACKETS MAX_ITEMS MAX_FIELD | echo\n");
   return 1;
 }
