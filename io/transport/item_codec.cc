@@ -19,6 +19,19 @@ bool fail(std::string* error, std::string message) {
   return false;
 }
 
+// ByteWriter's encodings (runtime/codec.h), a whole number per append: encode_item runs for
+// every item of every packet.
+void put(std::string& out, uint64_t v, int bytes) {
+  char b[8];
+  for (int i = 0; i < bytes; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out.append(b, static_cast<size_t>(bytes));
+}
+
+void put_str(std::string& out, std::string_view s) {
+  put(out, s.size(), 4);
+  out.append(s);
+}
+
 }  // namespace
 
 uint64_t payload_upper_bound(const Item& item, uint64_t align) {
@@ -81,23 +94,24 @@ uint64_t encoded_item_bytes(const Item& item) {
   return n;
 }
 
-void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* out) {
-  out->u64(item.id);
-  out->u32(item.shard);
-  out->u64(item.position);
-  out->u32(item.worker);
-  out->str(item.key);
-  out->u32(static_cast<uint32_t>(item.fields.size()));
+void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* w) {
+  std::string& out = w->out;
+  put(out, item.id, 8);
+  put(out, item.shard, 4);
+  put(out, item.position, 8);
+  put(out, item.worker, 4);
+  put_str(out, item.key);
+  put(out, item.fields.size(), 4);
   for (size_t i = 0; i < item.fields.size(); ++i) {
-    out->str(item.fields[i].name);
-    out->u64(offsets[i]);
-    out->u64(item.fields[i].size);
+    put_str(out, item.fields[i].name);
+    put(out, offsets[i], 8);
+    put(out, item.fields[i].size, 8);
   }
   const uint8_t flags =
       (item.stage_state ? kHasStageState : 0) | (item.dispatch_state ? kHasDispatchState : 0);
-  out->u8(flags);
-  if (item.stage_state) out->str(*item.stage_state);
-  if (item.dispatch_state) out->str(*item.dispatch_state);
+  out.push_back(static_cast<char>(flags));
+  if (item.stage_state) put_str(out, *item.stage_state);
+  if (item.dispatch_state) put_str(out, *item.dispatch_state);
 }
 
 void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out) {
@@ -110,48 +124,99 @@ void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWrit
   }
 }
 
-bool decode_item(ByteReader* in, const uint8_t* region, uint64_t region_bytes, Item* out,
-                 std::string* error) {
-  out->id = in->u64();
-  out->shard = in->u32();
-  out->position = in->u64();
-  out->worker = in->u32();
-  out->key = in->str();
-  const uint32_t fields = in->u32();
-  if (in->failed()) return fail(error, "cut short");
-  if (fields > in->left() / kMinFieldBytes)
+namespace {
+
+// ByteReader's decoding (runtime/codec.h) with whole-number loads: decoding runs in the
+// loader for every item of every packet. A read past the end sets failed() and returns
+// zeros, so the decoder checks once per step.
+class Reader {
+ public:
+  Reader(std::string_view bytes, size_t pos) : b_(bytes), pos_(pos) {}
+  uint64_t uint(int n) {
+    if (failed_ || b_.size() - pos_ < static_cast<size_t>(n)) {
+      failed_ = true;
+      return 0;
+    }
+    uint64_t v = 0;
+    std::memcpy(&v, b_.data() + pos_, static_cast<size_t>(n));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v) >> (64 - 8 * n);
+#endif
+    pos_ += static_cast<size_t>(n);
+    return v;
+  }
+  std::string_view str() {
+    const uint64_t n = uint(4);
+    if (failed_ || b_.size() - pos_ < n) {
+      failed_ = true;
+      return {};
+    }
+    std::string_view s = b_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  size_t left() const { return b_.size() - pos_; }
+  size_t pos() const { return pos_; }
+  bool failed() const { return failed_; }
+
+ private:
+  std::string_view b_;
+  size_t pos_;
+  bool failed_ = false;
+};
+
+bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
+            std::string* error) {
+  out->id = in.uint(8);
+  out->shard = static_cast<uint32_t>(in.uint(4));
+  out->position = in.uint(8);
+  out->worker = static_cast<uint32_t>(in.uint(4));
+  out->key = in.str();
+  const uint64_t fields = in.uint(4);
+  if (in.failed()) return fail(error, "cut short");
+  if (fields > in.left() / kMinFieldBytes)
     return fail(error, "claims " + std::to_string(fields) + " fields in " +
-                           std::to_string(in->left()) + " bytes");
+                           std::to_string(in.left()) + " bytes");
   out->fields.clear();
   out->fields.reserve(fields);
-  for (uint32_t i = 0; i < fields; ++i) {
-    std::string name = in->str();
-    const uint64_t offset = in->u64(), size = in->u64();
-    if (in->failed()) return fail(error, "cut short in field " + std::to_string(i));
+  for (uint64_t i = 0; i < fields; ++i) {
+    const std::string_view name = in.str();
+    const uint64_t offset = in.uint(8), size = in.uint(8);
+    if (in.failed()) return fail(error, "cut short in field " + std::to_string(i));
     if (offset > region_bytes || size > region_bytes - offset)
-      return fail(error, "field '" + name + "' at " + std::to_string(offset) + " + " +
+      return fail(error, "field '" + std::string(name) + "' at " + std::to_string(offset) + " + " +
                              std::to_string(size) + " lies outside the " +
                              std::to_string(region_bytes) + " bytes of its region");
     if (!out->fields.empty() && !(out->fields.back().name < name))
-      return fail(error, "field '" + name + "' is out of order or repeated");
-    out->fields.push_back(Field{std::move(name), region + offset, static_cast<size_t>(size)});
+      return fail(error, "field '" + std::string(name) + "' is out of order or repeated");
+    out->fields.push_back(Field{std::string(name), region + offset, static_cast<size_t>(size)});
   }
-  const uint8_t flags = in->u8();
-  if (flags & ~(kHasStageState | kHasDispatchState))
+  const uint64_t flags = in.uint(1);
+  if (flags & ~uint64_t{kHasStageState | kHasDispatchState})
     return fail(error, "unknown flags " + std::to_string(flags));
   out->stage_state.reset();
   out->dispatch_state.reset();
-  if (flags & kHasStageState) out->stage_state = std::make_shared<const std::string>(in->str());
+  if (flags & kHasStageState) out->stage_state = std::make_shared<const std::string>(in.str());
   if (flags & kHasDispatchState)
-    out->dispatch_state = std::make_shared<const std::string>(in->str());
-  if (in->failed()) return fail(error, "cut short");
+    out->dispatch_state = std::make_shared<const std::string>(in.str());
+  if (in.failed()) return fail(error, "cut short");
   return true;
+}
+
+}  // namespace
+
+bool decode_item(std::string_view bytes, size_t* pos, const uint8_t* region, uint64_t region_bytes,
+                 Item* out, std::string* error) {
+  Reader in(bytes, std::min(*pos, bytes.size()));
+  const bool ok = decode(in, region, region_bytes, out, error);
+  *pos = in.pos();
+  return ok;
 }
 
 Status decode_items(std::string_view block, const uint8_t* region, uint64_t region_bytes,
                     std::vector<Item>* out, const std::string& what) {
-  ByteReader in(block);
-  const uint32_t version = in.u32(), count = in.u32();
+  Reader in(block, 0);
+  const uint64_t version = in.uint(4), count = in.uint(4);
   if (in.failed()) return corrupt(what + ": item descriptors cut short");
   if (version != kItemCodecVersion)
     return corrupt(what + ": item descriptors of version " + std::to_string(version) +
@@ -162,14 +227,15 @@ Status decode_items(std::string_view block, const uint8_t* region, uint64_t regi
                    std::to_string(in.left()) + " bytes");
   out->reserve(out->size() + count);
   std::string error;
-  for (uint32_t i = 0; i < count; ++i) {
-    Item item;
-    if (!decode_item(&in, region, region_bytes, &item, &error))
+  for (uint64_t i = 0; i < count; ++i) {
+    out->emplace_back();
+    if (!decode(in, region, region_bytes, &out->back(), &error)) {
+      out->pop_back();
       return corrupt(what + ": item " + std::to_string(i) + " of " + std::to_string(count) + ": " +
                      error);
-    out->push_back(std::move(item));
+    }
   }
-  if (!in.done())
+  if (in.left() != 0)
     return corrupt(what + ": " + std::to_string(in.left()) + " bytes after the last item");
   return Status::ok();
 }

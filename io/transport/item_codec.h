@@ -65,10 +65,10 @@ void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* out);
 // A block of n items with plan.field_offsets.
 void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out);
 
-// Decodes one item whose fields view region[0..region_bytes); false on damage (`error`
-// says what).
-bool decode_item(ByteReader* in, const uint8_t* region, uint64_t region_bytes, Item* out,
-                 std::string* error);
+// Decodes the item at bytes[*pos..], moving *pos past it; its fields view
+// region[0..region_bytes). False on damage (`error` says what).
+bool decode_item(std::string_view bytes, size_t* pos, const uint8_t* region, uint64_t region_bytes,
+                 Item* out, std::string* error);
 // Decodes a block, appending its items to `out`; `what` names the block in messages.
 Status decode_items(std::string_view block, const uint8_t* region, uint64_t region_bytes,
                     std::vector<Item>* out, const std::string& what);

@@ -70,7 +70,9 @@ Result<std::shared_ptr<ShmArena>> ShmArena::create(uint64_t capacity,
   std::shared_ptr<ShmArena> a(new ShmArena(std::move(segment), capacity));
   SY_ASSIGN_OR_RETURN(a->header_map_,
                       a->segment_.map(ShmSegment::Access::kReadWrite, 0, kArenaHeaderBytes));
-  SY_ASSIGN_OR_RETURN(a->ring_, a->segment_.map(ShmSegment::Access::kReadOnly, kArenaHeaderBytes));
+  // Every page of the ring is used on the first lap: map them all now, not one fault each.
+  SY_ASSIGN_OR_RETURN(a->ring_,
+                      a->segment_.map(ShmSegment::Access::kReadOnly, kArenaHeaderBytes, 0, true));
   a->header_ = new (a->header_map_->writable_data()) ArenaHeader{};
   a->header_->magic = kArenaMagic;
   a->header_->version = kArenaVersion;
@@ -88,7 +90,8 @@ Result<std::shared_ptr<ShmArena>> ShmArena::attach(UniqueFd fd, uint64_t capacit
   std::shared_ptr<ShmArena> a(new ShmArena(std::move(segment), capacity));
   SY_ASSIGN_OR_RETURN(a->header_map_,
                       a->segment_.map(ShmSegment::Access::kReadWrite, 0, kArenaHeaderBytes));
-  SY_ASSIGN_OR_RETURN(a->ring_, a->segment_.map(ShmSegment::Access::kReadWrite, kArenaHeaderBytes));
+  SY_ASSIGN_OR_RETURN(a->ring_,
+                      a->segment_.map(ShmSegment::Access::kReadWrite, kArenaHeaderBytes, 0, true));
   a->header_ = std::launder(reinterpret_cast<ArenaHeader*>(a->header_map_->writable_data()));
   if (a->header_->magic != kArenaMagic || a->header_->version != kArenaVersion ||
       a->header_->capacity != capacity)

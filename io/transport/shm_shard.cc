@@ -105,10 +105,11 @@ Result<Item> ShmShardView::item(uint64_t index) const {
   const uint64_t at = load_le(p + index_offset_ + index * 8, 8);
   if (at >= table_bytes_)
     return corrupt(what_ + ": item " + std::to_string(index) + " starts outside the table");
-  ByteReader in(std::string_view(p + table_offset_ + at, table_bytes_ - at));
   Item item;
   std::string error;
-  if (!decode_item(&in, map_->data() + payload_offset_, payload_bytes_, &item, &error))
+  size_t pos = at;
+  if (!decode_item(std::string_view(p + table_offset_, table_bytes_), &pos,
+                   map_->data() + payload_offset_, payload_bytes_, &item, &error))
     return corrupt(what_ + ": item " + std::to_string(index) + ": " + error);
   item.owner = shared_from_this();
   return item;

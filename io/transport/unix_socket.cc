@@ -113,18 +113,16 @@ Result<bool> UnixSocket::send_once(const Frame& frame) {
   msg.msg_iovlen = frame.body.empty() ? 1 : 2;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFrameFds)];
   if (!frame.fds.empty()) {
-    const size_t n = frame.fds.size() * sizeof(int);
+    int fds[kMaxFrameFds];
+    const size_t count = std::min(frame.fds.size(), kMaxFrameFds);
+    for (size_t i = 0; i < count; ++i) fds[i] = frame.fds[i].get();
     msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(n);
+    msg.msg_controllen = CMSG_SPACE(count * sizeof(int));
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(n);
-    int* out = reinterpret_cast<int*>(CMSG_DATA(c));
-    for (size_t i = 0; i < frame.fds.size(); ++i) {
-      const int fd = frame.fds[i].get();
-      std::memcpy(out + i, &fd, sizeof fd);
-    }
+    c->cmsg_len = CMSG_LEN(count * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, count * sizeof(int));
   }
   for (;;) {
     if (::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0) return true;
