@@ -94,7 +94,7 @@ struct ShmProducer::Impl {
   }
 
   Status cancelled_status() const {
-    return shardyard::cancelled(name() + ": the loader cancelled");
+    return shardyard::cancelled(name() + ": the channel was cancelled");
   }
 
   static uint64_t run_upper_bound(const Item& item) {
@@ -191,8 +191,15 @@ struct ShmProducer::Impl {
     }
     // The loader pops a packet once all its runs are in: the arena must hold them at once.
     if (total > ring.capacity()) SY_RETURN_IF_ERROR(check_fits(items));
-    for (const auto& [i, j] : runs)
-      SY_RETURN_IF_ERROR(send_run(items.data() + i, j - i, j == items.size()));
+    for (const auto& [i, j] : runs) {
+      Status s = send_run(items.data() + i, j - i, j == items.size());
+      if (s.is_ok()) continue;
+      // Runs of this packet went out: the next packet's runs must not be taken for its
+      // rest, so nothing more goes out on this channel.
+      if (i > 0 && broken.is_ok())
+        broken = Status(s.code(), s.message() + " (in the middle of a packet)");
+      return s;
+    }
     header().sent.store(++sent);
     return Status::ok();
   }

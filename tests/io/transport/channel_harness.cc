@@ -35,22 +35,31 @@ Ends make_ends() {
   return Ends{std::move(p->first), std::move(p->second)};
 }
 
-Child fork_producer(Ends& ends, const StreamSpec& spec, uint64_t packets, SharedCounter* pushed,
-                    int wait_timeout_ms) {
+Child fork_with_producer(Ends& ends, const std::function<int(ShmProducer&)>& body,
+                         int wait_timeout_ms) {
   Child c = fork_child([&] {
     ends.loader = UnixSocket();
     auto producer = ShmProducer::connect(std::move(ends.worker), 10000, wait_timeout_ms);
-    if (!producer.is_ok()) return kNoConnect;
-    for (uint64_t i = 0; packets == 0 || i < packets; ++i) {
-      Status s = (*producer)->push(make_packet(spec, i));
-      if (!s.is_ok()) return s.code() == StatusCode::kCancelled ? kPushCancelled : kPushFailed;
-      if (pushed) ++**pushed;
-    }
-    (*producer)->finish(Status::ok());
-    return kProduced;
+    return producer.is_ok() ? body(**producer) : kNoConnect;
   });
   ends.worker = UnixSocket();
   return c;
+}
+
+Child fork_producer(Ends& ends, const StreamSpec& spec, uint64_t packets, SharedCounter* pushed,
+                    int wait_timeout_ms) {
+  return fork_with_producer(
+      ends,
+      [&](ShmProducer& producer) {
+        for (uint64_t i = 0; packets == 0 || i < packets; ++i) {
+          Status s = producer.push(make_packet(spec, i));
+          if (!s.is_ok()) return s.code() == StatusCode::kCancelled ? kPushCancelled : kPushFailed;
+          if (pushed) ++**pushed;
+        }
+        producer.finish(Status::ok());
+        return kProduced;
+      },
+      wait_timeout_ms);
 }
 
 Child fork_raw_producer(Ends& ends, const RawAct& act) {
@@ -108,6 +117,14 @@ ShmChannelOptions channel_options(uint64_t arena_bytes, uint32_t in_flight) {
   o.segment.dir = test_shm_dir();
   o.segment.size_option = "--shm-arena-mib";
   return o;
+}
+
+std::shared_ptr<ShmConsumer> open_consumer(Ends& ends, const ShmChannelOptions& options) {
+  std::vector<ShmPeer> peers;
+  peers.push_back({std::move(ends.loader), "worker 0"});
+  auto ch = ShmConsumer::open(std::move(peers), options);
+  EXPECT_TRUE(ch.is_ok()) << ch.status().to_string();
+  return ch.is_ok() ? *ch : nullptr;
 }
 
 Status drain_and_check(Channel& ch, const StreamSpec& spec, uint64_t* popped) {

@@ -42,6 +42,11 @@ struct Ends {
 };
 Ends make_ends();
 
+// Forks a child that connects a producer on `ends.worker` and exits with what `body`
+// returns (kNoConnect when it cannot connect). Both processes drop the end that is not
+// theirs.
+Child fork_with_producer(Ends& ends, const std::function<int(ShmProducer&)>& body,
+                         int wait_timeout_ms = 20000);
 // Forks a producer on `ends.worker` that pushes `packets` packets of `spec` (0: until a push
 // fails), counting each in `pushed`, then finish(OK). Both processes drop the end that is
 // not theirs.
@@ -58,6 +63,9 @@ void send_raw_run(UnixSocket& socket, ShmArena& arena, ArenaRing& ring,
                   const std::vector<Item>& items, bool last);
 
 ShmChannelOptions channel_options(uint64_t arena_bytes, uint32_t in_flight = 4);
+// The loader's channel over `ends.loader`, its one producer named "worker 0"; null (and a
+// test failure) when it cannot open.
+std::shared_ptr<ShmConsumer> open_consumer(Ends& ends, const ShmChannelOptions& options);
 
 // Pops until the end or an error; checks every packet against `spec` in order. Returns the
 // pop's last status (OK at the end) and counts packets in *popped.

@@ -59,16 +59,25 @@ void Child::kill(int signal) {
   if (pid_ > 0) ::kill(pid_, signal);
 }
 
-Child fork_child(const std::function<int()>& body) {
+namespace {
+
+// fork(): the child's pid in the parent; 0 in the child, which dies with its parent (also
+// when the parent died before the child could ask for that); -1 when fork failed.
+pid_t fork_bound() {
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) return Child();
-  if (pid > 0) return Child(pid);
+  if (pid != 0) return pid < 0 ? -1 : pid;
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(99);
-  int code = 98;
-  code = body();
-  ::_exit(code);
+  return 0;
+}
+
+}  // namespace
+
+Child fork_child(const std::function<int()>& body) {
+  const pid_t pid = fork_bound();
+  if (pid != 0) return pid < 0 ? Child() : Child(pid);
+  ::_exit(body());
 }
 
 Child spawn(const std::string& path, const std::vector<std::string>& args,
@@ -83,12 +92,8 @@ Child spawn(const std::string& path, const std::vector<std::string>& args,
   argv.push_back(nullptr);
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return Child();
-  if (pid > 0) return Child(pid);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(99);
+  const pid_t pid = fork_bound();
+  if (pid != 0) return pid < 0 ? Child() : Child(pid);
   for (int fd : keep)
     if (!clear_cloexec(fd)) ::_exit(97);
   ::execve(path.c_str(), argv.data(), envp.data());

@@ -23,14 +23,6 @@ namespace {
 
 using ShmChannelTest = ShmTest;  // checks that nothing is left behind
 
-std::shared_ptr<ShmConsumer> open_one(Ends& ends, const ShmChannelOptions& o) {
-  std::vector<ShmPeer> peers;
-  peers.push_back({std::move(ends.loader), "worker 0"});
-  auto ch = ShmConsumer::open(std::move(peers), o);
-  EXPECT_TRUE(ch.is_ok()) << ch.status().to_string();
-  return ch.is_ok() ? *ch : nullptr;
-}
-
 Status pop_until_error(Channel& ch, uint64_t* popped) {
   for (*popped = 0;; ++*popped) {
     Packet p;
@@ -52,7 +44,7 @@ TEST_F(ShmChannelTest, AProducerKilledMidStreamIsAnErrorNamingIt) {
     ASSERT_GT(child.pid(), 0);
     ends.worker = UnixSocket();
     const pid_t pid = child.pid();
-    auto ch = open_one(ends, channel_options(16 << 20, 4));
+    auto ch = open_consumer(ends, channel_options(16 << 20, 4));
     ASSERT_TRUE(ch);
     const uint64_t before_kill = rng() % 60;
     std::deque<std::pair<uint64_t, Packet>> kept;  // the last packets: held at the kill
@@ -91,7 +83,7 @@ TEST_F(ShmChannelTest, AProducerThatDiesInTheMiddleOfAPacketDeliversNoneOfIt) {
     send_raw_run(s, arena, ring, {items[1]}, false);  // the first run of the next one
     ::kill(::getpid(), SIGKILL);
   });
-  auto ch = open_one(ends, channel_options(1 << 20));
+  auto ch = open_consumer(ends, channel_options(1 << 20));
   ASSERT_TRUE(ch);
   Packet p;
   ASSERT_TRUE(*ch->pop(&p));
@@ -149,7 +141,7 @@ TEST_F(ShmChannelTest, AnItemHeldForLongStallsTheRingAndTheTimeoutSaysWhy) {
   Child child = fork_producer(ends, spec, 300);
   ShmChannelOptions o = channel_options(256 << 10, 4);
   o.wait_timeout_ms = 500;
-  auto ch = open_one(ends, o);
+  auto ch = open_consumer(ends, o);
   ASSERT_TRUE(ch);
   Packet first;
   ASSERT_TRUE(*ch->pop(&first));
@@ -184,13 +176,60 @@ struct Damage {
   const char* expect;
 };
 
-std::vector<Damage> damages() {
-  auto item = [] {
-    Item it;
-    it.key = "k";
-    it.set_field("bin", std::string(100, 'x'));
-    return it;
+// A push that fails after some runs of its packet went out (here: no room for the rest
+// within the producer's wait) leaves the channel broken: a later packet's runs must never
+// be taken for the rest of this one.
+TEST_F(ShmChannelTest, APushThatFailsInTheMiddleOfAPacketEndsTheChannel) {
+  auto packet = [] {
+    Packet p;
+    for (int i = 0; i < 12; ++i) {
+      p.items.emplace_back();
+      p.items.back().key = "k" + std::to_string(i);
+      p.items.back().set_field("bin", std::string(16384, static_cast<char>('a' + i)));
+    }
+    return p;
   };
+  Ends ends = make_ends();
+  Child child = fork_with_producer(
+      ends,
+      [&](ShmProducer& producer) {
+        if (!producer.push(packet()).is_ok()) return 60;
+        if (producer.push(packet()).code() != StatusCode::kUnavailable) return 61;
+        Status later = producer.push(packet());
+        return later.message().find("(in the middle of a packet)") != std::string::npos
+                   ? kPushFailed
+                   : 62;
+      },
+      300);
+  ShmChannelOptions o = channel_options(256 << 10, 4);
+  o.max_run_bytes = 16 << 10;  // one item per run
+  auto ch = open_consumer(ends, o);
+  ASSERT_TRUE(ch);
+  Packet held;  // takes 12 of the arena's 15 runs until the end
+  ASSERT_TRUE(*ch->pop(&held));
+  EXPECT_EQ(held.items.size(), 12u);
+  EXPECT_EQ(child.wait(20000), kPushFailed);
+  Packet p;
+  Status s = ch->pop(&p).status();
+  EXPECT_NE(s.message().find("(in the middle of a packet)"), std::string::npos) << s.message();
+  EXPECT_EQ(held.items[11].fields[0].view(), std::string(16384, 'l'));
+}
+
+// A run at the ring's start holding one item's descriptor, with the field's offset and the
+// announced item count as given (the payload is not written: the loader must not get there).
+void send_one_item_run(UnixSocket& s, ShmArena& a, uint64_t field_offset, uint32_t announced) {
+  Item it;
+  it.key = "k";
+  it.set_field("bin", std::string(100, 'x'));
+  PayloadPlan plan;
+  plan.field_offsets = {field_offset};
+  ByteWriter d;
+  encode_items(&it, 1, plan, &d);
+  std::memcpy(a.writable_ring() + 128, d.out.data(), d.out.size());
+  (void)s.send({kRun, encode(RunFrame{0, 1024, 128, d.out.size(), announced, 1}), {}}, 5000);
+}
+
+std::vector<Damage> damages() {
   return {
       {"UnalignedRun",
        [](UnixSocket& s, ShmArena&) {
@@ -203,27 +242,8 @@ std::vector<Damage> damages() {
        },
        "is not a run"},
       {"FieldOutsideItsRun",
-       [item](UnixSocket& s, ShmArena& a) {
-         std::vector<Item> items{item()};
-         PayloadPlan plan;
-         plan_payload(items.data(), 1, 64, &plan);
-         plan.field_offsets[0] = 1 << 20;  // far outside the run
-         ByteWriter d;
-         encode_items(items.data(), 1, plan, &d);
-         std::memcpy(a.writable_ring() + 128, d.out.data(), d.out.size());
-         (void)s.send({kRun, encode(RunFrame{0, 1024, 128, d.out.size(), 1, 1}), {}}, 5000);
-       },
-       "lies outside"},
-      {"WrongItemCount",
-       [item](UnixSocket& s, ShmArena& a) {
-         std::vector<Item> items{item()};
-         PayloadPlan plan;
-         plan_payload(items.data(), 1, 64, &plan);
-         ByteWriter d;
-         encode_items(items.data(), 1, plan, &d);
-         std::memcpy(a.writable_ring() + 128, d.out.data(), d.out.size());
-         (void)s.send({kRun, encode(RunFrame{0, 1024, 128, d.out.size(), 2, 1}), {}}, 5000);
-       },
+       [](UnixSocket& s, ShmArena& a) { send_one_item_run(s, a, 1 << 20, 1); }, "lies outside"},
+      {"WrongItemCount", [](UnixSocket& s, ShmArena& a) { send_one_item_run(s, a, 0, 2); },
        "announces 2 items and holds 1"},
       {"GarbageRunBody",
        [](UnixSocket& s, ShmArena&) {
@@ -248,7 +268,7 @@ TEST_F(ShmChannelTest, DamagedFramesAndDescriptorsAreErrorsNamingTheProducer) {
     Child child = fork_raw_producer(ends, d.act);
     const pid_t pid = child.pid();
     {
-      auto ch = open_one(ends, channel_options(1 << 20));
+      auto ch = open_consumer(ends, channel_options(1 << 20));
       ASSERT_TRUE(ch);
       Packet p;
       Status s = ch->pop(&p).status();
@@ -268,7 +288,7 @@ TEST_F(ShmChannelTest, ASilentProducerTimesOutNamingIt) {
   Child child = fork_raw_producer(ends, [](UnixSocket&, ShmArena&) {});
   ShmChannelOptions o = channel_options(1 << 20);
   o.wait_timeout_ms = 300;
-  auto ch = open_one(ends, o);
+  auto ch = open_consumer(ends, o);
   ASSERT_TRUE(ch);
   Packet p;
   Status s = ch->pop(&p).status();

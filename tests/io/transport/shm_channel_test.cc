@@ -21,19 +21,11 @@ using ShmChannelTest = ShmTest;  // checks that nothing is left behind
 
 void pause_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-std::shared_ptr<ShmConsumer> open_one(Ends& ends, const ShmChannelOptions& o) {
-  std::vector<ShmPeer> peers;
-  peers.push_back({std::move(ends.loader), "worker 0"});
-  auto ch = ShmConsumer::open(std::move(peers), o);
-  EXPECT_TRUE(ch.is_ok()) << ch.status().to_string();
-  return ch.is_ok() ? *ch : nullptr;
-}
-
 TEST_F(ShmChannelTest, RoundTripsManyPacketsOfRandomSizes) {
   const StreamSpec spec{7, 24, 64 << 10};
   Ends ends = make_ends();
   Child child = fork_producer(ends, spec, 300);
-  auto ch = open_one(ends, channel_options(8 << 20));
+  auto ch = open_consumer(ends, channel_options(8 << 20));
   ASSERT_TRUE(ch);
   uint64_t popped = 0;
   Status s = drain_and_check(*ch, spec, &popped);
@@ -57,7 +49,7 @@ TEST_F(ShmChannelTest, AnExecedProducerRoundTrips) {
             {{"SHARDYARD_TEST_SOCKET_FD", std::to_string(ends.worker.fd())}}, {ends.worker.fd()});
   ASSERT_GT(child.pid(), 0);
   ends.worker = UnixSocket();
-  auto ch = open_one(ends, channel_options(16 << 20));
+  auto ch = open_consumer(ends, channel_options(16 << 20));
   ASSERT_TRUE(ch);
   uint64_t popped = 0;
   Status s = drain_and_check(*ch, spec, &popped);
@@ -72,7 +64,7 @@ TEST_F(ShmChannelTest, PacketsLargerThanARunArriveWhole) {
   Child child = fork_producer(ends, spec, 100);
   ShmChannelOptions o = channel_options(2 << 20);
   o.max_run_bytes = 16 << 10;  // most packets take several runs
-  auto ch = open_one(ends, o);
+  auto ch = open_consumer(ends, o);
   ASSERT_TRUE(ch);
   uint64_t popped = 0;
   Status s = drain_and_check(*ch, spec, &popped);
@@ -86,7 +78,7 @@ TEST_F(ShmChannelTest, PacketsInFlightBoundTheProducer) {
   SharedCounter pushed;
   Ends ends = make_ends();
   Child child = fork_producer(ends, spec, 50, &pushed);
-  auto ch = open_one(ends, channel_options(4 << 20, 2));
+  auto ch = open_consumer(ends, channel_options(4 << 20, 2));
   ASSERT_TRUE(ch);
   ASSERT_TRUE(eventually([&] { return pushed.get() >= 2; }));
   pause_ms(200);
@@ -114,7 +106,7 @@ TEST_F(ShmChannelTest, ArenaBytesBoundWhatTheLoaderHolds) {
   Child child = fork_producer(ends, spec, 200, &pushed);
   ShmChannelOptions o = channel_options(256 << 10, 64);
   o.wait_timeout_ms = 500;  // pop() gives up when the producer is stuck
-  auto ch = open_one(ends, o);
+  auto ch = open_consumer(ends, o);
   ASSERT_TRUE(ch);
   std::vector<Packet> held;
   for (;;) {
@@ -155,7 +147,7 @@ TEST_F(ShmChannelTest, ItemsDroppedInAnyOrderOnAnyThreadFreeTheArena) {
   const StreamSpec spec{13, 8, 8 << 10};
   Ends ends = make_ends();
   Child child = fork_producer(ends, spec, 400);
-  auto ch = open_one(ends, channel_options(512 << 10, 8));
+  auto ch = open_consumer(ends, channel_options(512 << 10, 8));
   ASSERT_TRUE(ch);
   std::mt19937_64 rng(13);
   uint64_t next = 0;
@@ -193,7 +185,7 @@ TEST_F(ShmChannelTest, ItemsOutliveTheChannel) {
   Child child = fork_producer(ends, spec, 40);
   std::vector<Packet> kept;
   {
-    auto ch = open_one(ends, channel_options(4 << 20, 4));
+    auto ch = open_consumer(ends, channel_options(4 << 20, 4));
     ASSERT_TRUE(ch);
     for (int i = 0; i < 5; ++i) {
       kept.emplace_back();
@@ -210,7 +202,7 @@ TEST_F(ShmChannelTest, CancelEndsTheProducersBlockedPush) {
   SharedCounter pushed;
   Ends ends = make_ends();
   Child child = fork_producer(ends, spec, 0, &pushed);
-  auto ch = open_one(ends, channel_options(1 << 20, 1));
+  auto ch = open_consumer(ends, channel_options(1 << 20, 1));
   ASSERT_TRUE(ch);
   ASSERT_TRUE(eventually([&] { return pushed.get() >= 1; }));
   pause_ms(50);  // the second push is (most likely) waiting now
@@ -223,23 +215,18 @@ TEST_F(ShmChannelTest, CancelEndsTheProducersBlockedPush) {
 
 TEST_F(ShmChannelTest, TheProducersCancelEndsItsOwnWait) {
   Ends ends = make_ends();
-  SharedCounter result;
-  Child child = fork_child([&] {
-    ends.loader = UnixSocket();
-    auto producer = ShmProducer::connect(std::move(ends.worker), 10000, 20000);
-    if (!producer.is_ok()) return kNoConnect;
+  Child child = fork_with_producer(ends, [&](ShmProducer& producer) {
     const StreamSpec spec{1, 1, 16};
-    if (!(*producer)->push(make_packet(spec, 0)).is_ok()) return kPushFailed;
+    if (!producer.push(make_packet(spec, 0)).is_ok()) return kPushFailed;
     std::thread stop([&] {
       pause_ms(100);
-      (*producer)->cancel();
+      producer.cancel();
     });
-    Status s = (*producer)->push(make_packet(spec, 1));  // one packet in flight: it waits
+    Status s = producer.push(make_packet(spec, 1));  // one packet in flight: it waits
     stop.join();
     return s.code() == StatusCode::kCancelled ? kPushCancelled : kPushFailed;
   });
-  ends.worker = UnixSocket();
-  auto ch = open_one(ends, channel_options(1 << 20, 1));
+  auto ch = open_consumer(ends, channel_options(1 << 20, 1));
   ASSERT_TRUE(ch);
   EXPECT_EQ(child.wait(20000), kPushCancelled);
 }
@@ -247,17 +234,13 @@ TEST_F(ShmChannelTest, TheProducersCancelEndsItsOwnWait) {
 TEST_F(ShmChannelTest, AFinishErrorReachesTheLoaderAfterThePacketsBeforeIt) {
   const StreamSpec spec{23, 4, 1024};
   Ends ends = make_ends();
-  Child child = fork_child([&] {
-    ends.loader = UnixSocket();
-    auto producer = ShmProducer::connect(std::move(ends.worker), 10000, 20000);
-    if (!producer.is_ok()) return kNoConnect;
+  Child child = fork_with_producer(ends, [&](ShmProducer& producer) {
     for (int i = 0; i < 3; ++i)
-      if (!(*producer)->push(make_packet(spec, i)).is_ok()) return kPushFailed;
-    (*producer)->finish(corrupt("/data/train-000003.tar: bad header checksum at byte 1536"));
+      if (!producer.push(make_packet(spec, i)).is_ok()) return kPushFailed;
+    producer.finish(corrupt("/data/train-000003.tar: bad header checksum at byte 1536"));
     return kProduced;
   });
-  ends.worker = UnixSocket();
-  auto ch = open_one(ends, channel_options(1 << 20, 8));
+  auto ch = open_consumer(ends, channel_options(1 << 20, 8));
   ASSERT_TRUE(ch);
   EXPECT_EQ(child.wait(20000), kProduced);
   uint64_t popped = 0;
@@ -300,21 +283,17 @@ TEST_F(ShmChannelTest, SeveralProducersShareOneChannel) {
 
 TEST_F(ShmChannelTest, EmptyPacketsAndItemsWithoutBytesTravel) {
   Ends ends = make_ends();
-  Child child = fork_child([&] {
-    ends.loader = UnixSocket();
-    auto producer = ShmProducer::connect(std::move(ends.worker), 10000, 20000);
-    if (!producer.is_ok()) return kNoConnect;
+  Child child = fork_with_producer(ends, [&](ShmProducer& producer) {
     Packet empty, bare;
     bare.items.emplace_back();
     bare.items.back().key = "no-fields";
     bare.items.back().set_field("zero", "");
-    if (!(*producer)->push(std::move(empty)).is_ok()) return kPushFailed;
-    if (!(*producer)->push(std::move(bare)).is_ok()) return kPushFailed;
-    (*producer)->finish(Status::ok());
+    if (!producer.push(std::move(empty)).is_ok()) return kPushFailed;
+    if (!producer.push(std::move(bare)).is_ok()) return kPushFailed;
+    producer.finish(Status::ok());
     return kProduced;
   });
-  ends.worker = UnixSocket();
-  auto ch = open_one(ends, channel_options(1 << 20));
+  auto ch = open_consumer(ends, channel_options(1 << 20));
   ASSERT_TRUE(ch);
   Packet p;
   ASSERT_TRUE(*ch->pop(&p));
@@ -331,25 +310,21 @@ TEST_F(ShmChannelTest, EmptyPacketsAndItemsWithoutBytesTravel) {
 TEST_F(ShmChannelTest, APacketThatCanNeverFitIsAnErrorNotAWait) {
   Ends ends = make_ends();
   SharedCounter code;
-  Child child = fork_child([&] {
-    ends.loader = UnixSocket();
-    auto producer = ShmProducer::connect(std::move(ends.worker), 10000, 20000);
-    if (!producer.is_ok()) return kNoConnect;
+  Child child = fork_with_producer(ends, [&](ShmProducer& producer) {
     Packet big;
     for (int i = 0; i < 40; ++i) {
       big.items.emplace_back();
       big.items.back().key = "big" + std::to_string(i);
       big.items.back().set_field("bin", std::string(100000, 'b'));
     }
-    Status s = (*producer)->push(std::move(big));
+    Status s = producer.push(std::move(big));
     *code = static_cast<uint64_t>(s.code());
     return s.message().find("needs 3.8 MiB of the shared arena, which holds 1.0 MiB") !=
                    std::string::npos
                ? kPushFailed
                : 50;
   });
-  ends.worker = UnixSocket();
-  auto ch = open_one(ends, channel_options(1 << 20));
+  auto ch = open_consumer(ends, channel_options(1 << 20));
   ASSERT_TRUE(ch);
   EXPECT_EQ(child.wait(20000), kPushFailed);
   EXPECT_EQ(code.get(), static_cast<uint64_t>(StatusCode::kInvalidArgument));
