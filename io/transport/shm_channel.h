@@ -18,7 +18,11 @@
 // the loader cancels or goes away, and fail after wait_timeout_ms. finish(status) travels
 // to the loader, whose pop() returns the first error ahead of queued packets. A producer
 // that exits or is killed without finish() is an error naming it and its pid; a damaged
-// frame or descriptor is kCorrupt; neither can touch the loader's other data.
+// frame or descriptor is kCorrupt; neither can touch the loader's other data, and both
+// fail the channel for good. A pop() that waited wait_timeout_ms for nothing returns
+// kUnavailable (saying when the producer waits for room the loader's items hold) and may
+// be called again. A push() that fails after some runs of its packet went out fails every
+// later push too.
 //
 // Thread-safety: as Channel. ShmConsumer: one thread pops, cancel(), finish() and depth()
 // from anywhere, popped items dropped on any thread, also after the channel is gone.
