@@ -68,6 +68,8 @@ class ShmConsumer : public Channel {
   size_t depth() const override;
   // Arena bytes held by popped or queued items not yet dropped, over all producers.
   uint64_t held_bytes() const;
+  // For the monitor: held_bytes(), what the channel's arenas keep in use.
+  uint64_t queued_bytes() const override { return held_bytes(); }
 
   struct Impl;
 
@@ -90,6 +92,8 @@ class ShmProducer : public Channel {
   Result<bool> pop(Packet* out) override;
   void cancel() override;
   size_t depth() const override;
+  // The loader's side counts the bytes in use (ShmConsumer::queued_bytes()); here 0.
+  uint64_t queued_bytes() const override { return 0; }
   const std::string& channel_name() const;
 
   struct Impl;
