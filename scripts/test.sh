@@ -5,7 +5,8 @@
 # then build the actor, data-plane, end-to-end and example tests with clang and
 # ThreadSanitizer (clang also checks the thread-safety annotations) and run them, then build
 # the libFuzzer targets with clang (tar reader, HTTP/S3 response parsers, checkpoint
-# formats) and fuzz each for a bounded time.
+# formats, window specs, the shared-memory data plane's decoders) and fuzz each for a
+# bounded time.
 # Usage: scripts/test.sh   (SY_SKIP_SANITIZE=1 / SY_SKIP_TSAN=1 / SY_SKIP_FUZZ=1 leave parts out)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sy_install_packages
@@ -59,7 +60,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
   cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz \
-    window_fuzz
+    window_fuzz transport_fuzz
   # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus for a bounded time.
   # Findings go to build-fuzz/artifacts/TARGET/ (never the repository root); a finding
   # fails the run and its file is what to add to the corpus as a regression seed.
@@ -84,5 +85,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   sy_fuzz checkpoint_fuzz checkpoint_corpus "${SY_FUZZ_CHECKPOINT_SECONDS:-20}"
   echo "== fuzz the window spec parser and window math (libFuzzer, bounded)"
   sy_fuzz window_fuzz window_corpus "${SY_FUZZ_WINDOW_SECONDS:-10}"
+  echo "== fuzz the shared-memory data plane's decoders (libFuzzer, bounded)"
+  sy_fuzz transport_fuzz transport_corpus "${SY_FUZZ_TRANSPORT_SECONDS:-10}"
 fi
 echo "== all tests passed"

@@ -1,0 +1,104 @@
+#include "io/transport/shm_arena.h"
+
+#include <algorithm>
+#include <new>
+
+namespace shardyard::io {
+
+uint64_t align_arena(uint64_t bytes) {
+  return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+}
+
+Result<bool> ArenaRing::allocate(uint64_t bytes, uint64_t released, Span* out) {
+  if (released > head_ || released < released_ || released % kArenaAlign != 0)
+    return corrupt("the consumer reports the arena free up to position " +
+                   std::to_string(released) + ", but the producer is at " + std::to_string(head_) +
+                   " and saw " + std::to_string(released_) + " before");
+  released_ = released;
+  bytes = align_arena(bytes);
+  if (bytes == 0 || bytes > capacity_)
+    return internal_error("a run of " + std::to_string(bytes) + " bytes in an arena of " +
+                          std::to_string(capacity_));
+  const uint64_t offset = head_ % capacity_;
+  const uint64_t start = offset + bytes <= capacity_ ? head_ : head_ - offset + capacity_;
+  // Nothing held: the whole ring is free wherever the run starts. Otherwise the run must
+  // end before the oldest held byte comes round again.
+  if (released != head_ && start + bytes > released + capacity_) return false;
+  *out = Span{start, start % capacity_, bytes};
+  head_ = start + bytes;
+  return true;
+}
+
+Status ArenaReleases::add(uint64_t start, uint64_t bytes) {
+  const std::string run = "run at " + std::to_string(start) + " + " + std::to_string(bytes);
+  if (start % kArenaAlign != 0 || bytes % kArenaAlign != 0 || bytes == 0 || bytes > capacity_)
+    return corrupt(run + " is not a run of an arena of " + std::to_string(capacity_) + " bytes");
+  const uint64_t offset = start % capacity_;
+  const bool in_order = start == end_ || (offset == 0 && start > end_ && start - end_ < capacity_);
+  if (!in_order)
+    return corrupt(run + " is out of ring order (the last run ended at " + std::to_string(end_) +
+                   ")");
+  if (offset + bytes > capacity_) return corrupt(run + " crosses the end of the ring");
+  if (!runs_.empty() && start + bytes > runs_.front().start + capacity_)
+    return corrupt(run + " overwrites the run at " + std::to_string(runs_.front().start) +
+                   ", which is still in use");
+  runs_.push_back(Run{start, start + bytes, false});
+  end_ = start + bytes;
+  held_ += bytes;
+  return Status::ok();
+}
+
+uint64_t ArenaReleases::release(uint64_t start) {
+  auto it = std::lower_bound(runs_.begin(), runs_.end(), start,
+                             [](const Run& r, uint64_t s) { return r.start < s; });
+  if (it != runs_.end() && it->start == start && !it->free) {
+    it->free = true;
+    held_ -= it->end - it->start;
+  }
+  while (!runs_.empty() && runs_.front().free) runs_.pop_front();
+  return released();
+}
+
+Result<std::shared_ptr<ShmArena>> ShmArena::create(uint64_t capacity,
+                                                   const SegmentOptions& options) {
+  if (capacity < kArenaHeaderBytes)
+    return invalid_argument(options.what + ": an arena of " + std::to_string(capacity) +
+                            " bytes is too small (at least 4 KiB)");
+  capacity = (capacity + kArenaHeaderBytes - 1) / kArenaHeaderBytes * kArenaHeaderBytes;
+  SY_ASSIGN_OR_RETURN(ShmSegment segment,
+                      ShmSegment::create(kArenaHeaderBytes + capacity, options));
+  std::shared_ptr<ShmArena> a(new ShmArena(std::move(segment), capacity));
+  SY_ASSIGN_OR_RETURN(a->header_map_,
+                      a->segment_.map(ShmSegment::Access::kReadWrite, 0, kArenaHeaderBytes));
+  // Every page of the ring is used on the first lap: map them all now, not one fault each.
+  SY_ASSIGN_OR_RETURN(a->ring_,
+                      a->segment_.map(ShmSegment::Access::kReadOnly, kArenaHeaderBytes, 0, true));
+  a->header_ = new (a->header_map_->writable_data()) ArenaHeader{};
+  a->header_->magic = kArenaMagic;
+  a->header_->version = kArenaVersion;
+  a->header_->capacity = capacity;
+  return a;
+}
+
+Result<std::shared_ptr<ShmArena>> ShmArena::attach(UniqueFd fd, uint64_t capacity,
+                                                   const std::string& what) {
+  SY_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::adopt(std::move(fd), what));
+  if (capacity == 0 || capacity % kArenaHeaderBytes != 0 ||
+      segment.size() != kArenaHeaderBytes + capacity)
+    return corrupt(what + ": a segment of " + std::to_string(segment.size()) +
+                   " bytes cannot hold an arena of " + std::to_string(capacity));
+  std::shared_ptr<ShmArena> a(new ShmArena(std::move(segment), capacity));
+  SY_ASSIGN_OR_RETURN(a->header_map_,
+                      a->segment_.map(ShmSegment::Access::kReadWrite, 0, kArenaHeaderBytes));
+  SY_ASSIGN_OR_RETURN(a->ring_,
+                      a->segment_.map(ShmSegment::Access::kReadWrite, kArenaHeaderBytes, 0, true));
+  a->header_ = std::launder(reinterpret_cast<ArenaHeader*>(a->header_map_->writable_data()));
+  if (a->header_->magic != kArenaMagic || a->header_->version != kArenaVersion ||
+      a->header_->capacity != capacity)
+    return corrupt(what +
+                   ": the segment received is not an arena of this build (magic, "
+                   "version or capacity differ)");
+  return a;
+}
+
+}  // namespace shardyard::io

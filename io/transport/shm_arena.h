@@ -1,0 +1,123 @@
+// The shared arena: a ring of bytes in one segment, written by one producer process and
+// read in place by one consumer process (docs/shared-memory.md, "Arena").
+//
+// The segment is a header page (ArenaHeader) and `capacity` bytes of ring. Positions are
+// 64-bit byte counts that only grow; position p lies at byte p % capacity of the ring. The
+// producer (ArenaRing) hands out runs in ring order, each 64-byte aligned and never split at
+// the ring's end (a run that does not fit before the end starts at the next multiple of
+// capacity; the bytes skipped count as free). The consumer (ArenaReleases) learns each run
+// from its descriptor frame, in that order, and frees runs in any order; it publishes
+// `released`, the position below which every run is free, and the producer reuses space up
+// to it. So reuse follows ring order while release does not.
+//
+// The header holds only counters that one side writes and the other reads (atomics,
+// lock-free across processes); each side checks what the other wrote, so a damaged value
+// is an error, never an overwrite of a run still in use.
+//
+// ArenaRing and ArenaReleases are plain state: thread-compatible (their owners lock).
+// ShmArena is immutable once made; the header's atomics may be used from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+
+#include "io/transport/shm_segment.h"
+#include "runtime/status.h"
+
+namespace shardyard::io {
+
+inline constexpr uint64_t kArenaHeaderBytes = 4096;
+inline constexpr uint64_t kArenaAlign = 64;
+inline constexpr uint64_t kArenaMagic = 0x31414e4552415953;  // "SYARENA1"
+inline constexpr uint32_t kArenaVersion = 1;
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
+
+struct ArenaHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t capacity;
+  // Written by the consumer.
+  alignas(64) std::atomic<uint64_t> released;  // every run below this position is free
+  std::atomic<uint64_t> popped;                // packets popped
+  std::atomic<uint32_t> cancelled;             // 1 once the consumer cancelled
+  // Written by the producer.
+  alignas(64) std::atomic<uint64_t> sent;  // packets sent whole
+  std::atomic<uint32_t> producer_waiting;  // 1 while it waits for released or popped
+};
+static_assert(sizeof(ArenaHeader) <= kArenaHeaderBytes);
+
+// The producer's allocator.
+class ArenaRing {
+ public:
+  explicit ArenaRing(uint64_t capacity) : capacity_(capacity) {}
+  struct Span {
+    uint64_t start = 0;   // ring position
+    uint64_t offset = 0;  // byte offset in the ring
+    uint64_t bytes = 0;   // aligned size
+  };
+  // Places a run of `bytes` (> 0, at most capacity) if it fits with the consumer at
+  // `released`: true and *out set, false when it must wait, kCorrupt when `released` is
+  // not a position this ring can have reached.
+  Result<bool> allocate(uint64_t bytes, uint64_t released, Span* out);
+  uint64_t head() const { return head_; }
+  uint64_t capacity() const { return capacity_; }
+
+ private:
+  uint64_t capacity_;
+  uint64_t head_ = 0;
+  uint64_t released_ = 0;  // the last value seen, which may only grow
+};
+
+// The consumer's record of the runs it holds.
+class ArenaReleases {
+ public:
+  explicit ArenaReleases(uint64_t capacity) : capacity_(capacity) {}
+  // A run the producer announced, in ring order: kCorrupt when it is out of order, out of
+  // the ring or over a run still held.
+  Status add(uint64_t start, uint64_t bytes);
+  // Frees the held run that starts at `start`; returns the new released position.
+  uint64_t release(uint64_t start);
+  uint64_t released() const { return runs_.empty() ? end_ : runs_.front().start; }
+  size_t held_runs() const { return runs_.size(); }
+  uint64_t held_bytes() const { return held_; }
+
+ private:
+  struct Run {
+    uint64_t start, end;
+    bool free;
+  };
+  uint64_t capacity_;
+  std::deque<Run> runs_;  // in ring order; the front one is held
+  uint64_t end_ = 0;      // end of the last run added
+  uint64_t held_ = 0;     // bytes of runs not freed
+};
+
+// One arena's segment, mapped. The consumer creates it (create); the producer maps the
+// descriptor it receives (attach).
+class ShmArena {
+ public:
+  static Result<std::shared_ptr<ShmArena>> create(uint64_t capacity, const SegmentOptions& options);
+  static Result<std::shared_ptr<ShmArena>> attach(UniqueFd fd, uint64_t capacity,
+                                                  const std::string& what);
+  ArenaHeader& header() const { return *header_; }
+  const uint8_t* ring() const { return ring_->data(); }
+  uint8_t* writable_ring() const { return ring_->writable_data(); }  // null for the consumer
+  uint64_t capacity() const { return capacity_; }
+  const ShmSegment& segment() const { return segment_; }
+
+ private:
+  ShmArena(ShmSegment segment, uint64_t capacity)
+      : segment_(std::move(segment)), capacity_(capacity) {}
+  ShmSegment segment_;
+  uint64_t capacity_;
+  std::shared_ptr<ShmMapping> header_map_, ring_;
+  ArenaHeader* header_ = nullptr;
+};
+
+uint64_t align_arena(uint64_t bytes);
+
+}  // namespace shardyard::io

@@ -1,0 +1,113 @@
+// libFuzzer target for the decoders of the shared-memory data plane (io/transport): what a
+// worker process sends the loader, and what the loader hands workers. The first byte picks
+// the decoder, the rest is its input:
+//   0  an item descriptor block (item_codec.h) over a 64 KiB region
+//   1  a hello frame body, 2 hello-ack, 3 run, 4 finish (shm_frames.h)
+//   5  a raw message on a Unix socket (unix_socket.h: header, bounds)
+//   6  a broadcast shard image (shm_shard.h), put in a memfd and opened
+// Beyond "no crash, no sanitizer report": accepted blocks and bodies re-encode to the very
+// same bytes, and every accepted field lies inside its region. Seeded from
+// tests/fuzz/transport_corpus (written by tests/io/transport/item_codec_test.cc).
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "io/transport/item_codec.h"
+#include "io/transport/shm_frames.h"
+#include "io/transport/shm_shard.h"
+#include "io/transport/unix_socket.h"
+
+namespace {
+
+using namespace shardyard;
+using namespace shardyard::io;
+
+void check(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "transport_fuzz: property broken: %s\n", what);
+  std::abort();
+}
+
+template <typename Frame>
+void same_bytes(const Result<Frame>& f, std::string_view in, const char* what) {
+  if (f.is_ok()) check(encode(*f) == in, what);
+}
+
+void items(std::string_view in) {
+  static uint8_t region[64 << 10];
+  std::vector<Item> out;
+  if (!decode_items(in, region, sizeof region, &out, "fuzz").is_ok()) return;
+  PayloadPlan plan;
+  for (const auto& item : out)
+    for (const auto& f : item.fields) {
+      check(f.data >= region && f.data + f.size <= region + sizeof region, "field outside");
+      plan.field_offsets.push_back(static_cast<uint64_t>(f.data - region));
+    }
+  ByteWriter again;
+  encode_items(out.data(), out.size(), plan, &again);
+  check(again.out == in, "an item block re-encodes to other bytes");
+}
+
+void socket_frame(std::string_view in) {
+  static auto ends = UnixSocket::pair(4096);
+  if (!ends.is_ok() || in.size() > 8192) return;
+  if (::send(ends->first.fd(), in.data(), in.size(), 0) < 0) return;
+  Frame f;
+  auto got = ends->second.receive(&f, 0);
+  if (!got.is_ok() || *got != UnixSocket::Received::kFrame) return;
+  check(f.body == in.substr(kFrameHeaderBytes), "a frame's body is not what was sent");
+}
+
+void shard_image(std::string_view in) {
+  if (in.empty()) return;
+  const int fd = ::memfd_create("fuzz", MFD_CLOEXEC);
+  if (fd < 0) return;
+  if (::write(fd, in.data(), in.size()) != static_cast<ssize_t>(in.size())) {
+    ::close(fd);
+    return;
+  }
+  auto view = ShmShardView::open(UniqueFd(fd), "fuzz image");
+  if (!view.is_ok()) return;
+  auto shard = (*view)->materialize();
+  if (!shard.is_ok()) return;
+  for (const auto& item : (*shard)->items)
+    for (const auto& f : item.fields)
+      if (f.size > 0) (void)std::memchr(f.data, 0x5a, f.size);  // touches every byte
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 7) {
+    case 0:
+      items(in);
+      break;
+    case 1:
+      same_bytes(decode_hello(in), in, "a hello re-encodes to other bytes");
+      break;
+    case 2:
+      same_bytes(decode_hello_ack(in), in, "a hello-ack re-encodes to other bytes");
+      break;
+    case 3:
+      same_bytes(decode_run(in), in, "a run re-encodes to other bytes");
+      break;
+    case 4:
+      same_bytes(decode_finish(in), in, "a finish re-encodes to other bytes");
+      break;
+    case 5:
+      socket_frame(in);
+      break;
+    case 6:
+      shard_image(in);
+      break;
+  }
+  return 0;
+}

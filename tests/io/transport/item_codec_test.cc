@@ -1,0 +1,269 @@
+// Tests of io/transport/item_codec.h: descriptors round trip, payload layout shares
+// overlapping bytes, every kind of damage is refused; and the fuzz seeds stay current.
+#include "io/transport/item_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "io/transport/shm_frames.h"
+#include "io/transport/shm_shard.h"
+#include "io/transport/unix_socket.h"
+
+namespace shardyard::io {
+namespace {
+
+Item sample(uint64_t id) {
+  Item it;
+  it.id = id;
+  it.shard = 7;
+  it.key = "s" + std::to_string(id);
+  it.position = 1000 + id;
+  it.worker = 3;
+  it.set_field("cls", "1");
+  it.set_field("jpg", std::string(5000, static_cast<char>('a' + id % 26)));
+  it.set_field("txt", "");
+  if (id % 2) it.stage_state = std::make_shared<const std::string>("state" + std::to_string(id));
+  if (id % 3 == 0) it.dispatch_state = std::make_shared<const std::string>("dispatch");
+  return it;
+}
+
+// Lays out and encodes items; returns the region and the descriptor block.
+std::pair<std::string, std::string> pack(const std::vector<Item>& items) {
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan);
+  std::string region(plan.bytes, '\0');
+  copy_payload(plan, reinterpret_cast<uint8_t*>(region.data()));
+  ByteWriter w;
+  encode_items(items.data(), items.size(), plan, &w);
+  return {region, w.out};
+}
+
+const uint8_t* u8(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
+
+TEST(ItemCodec, RoundTripsEveryPartOfAnItem) {
+  std::vector<Item> items;
+  for (uint64_t i = 0; i < 6; ++i) items.push_back(sample(i));
+  auto [region, block] = pack(items);
+  std::vector<Item> out;
+  ASSERT_TRUE(decode_items(block, u8(region), region.size(), &out, "test").is_ok());
+  ASSERT_EQ(out.size(), items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item &a = items[i], &b = out[i];
+    EXPECT_EQ(a.id, b.id);
+    EXPECT_EQ(a.shard, b.shard);
+    EXPECT_EQ(a.key, b.key);
+    EXPECT_EQ(a.position, b.position);
+    EXPECT_EQ(a.worker, b.worker);
+    EXPECT_EQ(!!a.stage_state, !!b.stage_state);
+    if (a.stage_state) {
+      EXPECT_EQ(*a.stage_state, *b.stage_state);
+    }
+    EXPECT_EQ(!!a.dispatch_state, !!b.dispatch_state);
+    ASSERT_EQ(a.fields.size(), b.fields.size());
+    for (size_t f = 0; f < a.fields.size(); ++f) {
+      EXPECT_EQ(a.fields[f].name, b.fields[f].name);
+      EXPECT_EQ(a.fields[f].view(), b.fields[f].view());
+      EXPECT_GE(b.fields[f].data, u8(region));
+      EXPECT_LE(b.fields[f].data + b.fields[f].size, u8(region) + region.size());
+      if (b.fields[f].size) {
+        EXPECT_EQ((b.fields[f].data - u8(region)) % 64, 0) << "aligned";
+      }
+    }
+    EXPECT_EQ(encoded_item_bytes(a), encoded_item_bytes(b));
+  }
+  ByteWriter one;
+  encode_item(items[1], std::vector<uint64_t>(3, 0).data(), &one);
+  EXPECT_EQ(one.out.size(), encoded_item_bytes(items[1]));
+}
+
+TEST(ItemCodec, OverlappingAndTouchingFieldsShareOneCopy) {
+  auto buf = std::make_shared<std::string>(10000, '\0');
+  for (size_t i = 0; i < buf->size(); ++i) (*buf)[i] = static_cast<char>(i * 7);
+  std::vector<Item> items(40);
+  const auto* base = u8(*buf);
+  for (size_t i = 0; i < items.size(); ++i) {  // windows of 400 bytes every 100
+    items[i].owner = buf;
+    items[i].set_field_view("bin", base + 100 * i, 400);
+  }
+  // Two fields of one item that touch end to start.
+  items[0].set_field_view("head", base + 6000, 100);
+  items[0].set_field_view("tail", base + 6100, 100);
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan);
+  EXPECT_EQ(plan.extents.size(), 2u) << "the windows, and the two fields that touch";
+  EXPECT_EQ(plan.bytes, 4352u + 256u);  // 100 * 39 + 400 = 4300 -> 4352; 200 -> 256
+  auto [region, block] = pack(items);
+  std::vector<Item> out;
+  ASSERT_TRUE(decode_items(block, u8(region), region.size(), &out, "windows").is_ok());
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ(out[i].field("bin")->view(), items[i].field("bin")->view());
+    if (i > 0) {
+      EXPECT_EQ(out[i].field("bin")->data - out[i - 1].field("bin")->data, 100);
+    }
+  }
+  EXPECT_EQ(out[0].field("head")->view(), buf->substr(6000, 100));
+  EXPECT_EQ(out[0].field("tail")->view(), buf->substr(6100, 100));
+}
+
+TEST(ItemCodec, UnsortedSourcesStillLayOutCorrectly) {
+  std::vector<Item> items;
+  for (uint64_t i = 0; i < 20; ++i) items.push_back(sample(i));
+  std::swap(items[3], items[17]);  // sources no longer in address order
+  auto [region, block] = pack(items);
+  std::vector<Item> out;
+  ASSERT_TRUE(decode_items(block, u8(region), region.size(), &out, "t").is_ok());
+  for (size_t i = 0; i < items.size(); ++i)
+    EXPECT_EQ(out[i].field("jpg")->view(), items[i].field("jpg")->view());
+}
+
+TEST(ItemCodec, EveryCutOfABlockIsRefused) {
+  std::vector<Item> items{sample(1), sample(2)};
+  auto [region, block] = pack(items);
+  for (size_t n = 0; n < block.size(); ++n) {
+    std::vector<Item> out;
+    Status s = decode_items(std::string_view(block).substr(0, n), u8(region), region.size(), &out,
+                            "cut block");
+    ASSERT_EQ(s.code(), StatusCode::kCorrupt) << n;
+    EXPECT_NE(s.message().find("cut block"), std::string::npos);
+  }
+  std::vector<Item> out;
+  EXPECT_NE(decode_items(block + "x", u8(region), region.size(), &out, "t")
+                .message()
+                .find("1 bytes after the last item"),
+            std::string::npos);
+}
+
+Status decode_one(const Item& item, const std::vector<uint64_t>& offsets, uint64_t region_bytes,
+                  const std::string& prefix = "") {
+  ByteWriter w;
+  w.u32(kItemCodecVersion);
+  w.u32(1);
+  encode_item(item, offsets.data(), &w);
+  std::string region(region_bytes, '\0');
+  std::vector<Item> out;
+  return decode_items(prefix.empty() ? w.out : prefix + w.out.substr(prefix.size()), u8(region),
+                      region.size(), &out, "damaged");
+}
+
+TEST(ItemCodec, RefusesFieldsOutsideTheRegionOutOfOrderOrRepeated) {
+  Item it = sample(1);  // cls (1 byte), jpg (5000), txt (0)
+  EXPECT_TRUE(decode_one(it, {0, 64, 0}, 5064).is_ok());
+  Status s = decode_one(it, {0, 64, 0}, 5063);
+  EXPECT_NE(s.message().find("field 'jpg' at 64 + 5000 lies outside the 5063 bytes"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(decode_one(it, {0, ~uint64_t{0} - 10, 0}, 5064).code(), StatusCode::kCorrupt)
+      << "offset + size overflows";
+  std::swap(it.fields[0], it.fields[1]);
+  EXPECT_NE(decode_one(it, {0, 0, 0}, 6000).message().find("out of order or repeated"),
+            std::string::npos);
+  it.fields[0].name = it.fields[1].name;
+  EXPECT_NE(decode_one(it, {0, 0, 0}, 6000).message().find("out of order or repeated"),
+            std::string::npos);
+}
+
+TEST(ItemCodec, RefusesUnknownVersionsFlagsAndImpossibleCounts) {
+  ByteWriter w;
+  w.u32(kItemCodecVersion + 1);
+  w.u32(0);
+  std::vector<Item> out;
+  EXPECT_NE(decode_items(w.out, nullptr, 0, &out, "t").message().find("version 2"),
+            std::string::npos);
+  ByteWriter many;
+  many.u32(kItemCodecVersion);
+  many.u32(0xffffffff);  // would reserve 4 billion items
+  EXPECT_NE(decode_items(many.out, nullptr, 0, &out, "t").message().find("claims 4294967295 items"),
+            std::string::npos);
+  Item it;
+  it.key = "k";
+  ByteWriter one;
+  encode_item(it, nullptr, &one);
+  std::string bytes = one.out;
+  bytes[bytes.size() - 1] = 4;  // flags
+  ByteWriter block;
+  block.u32(kItemCodecVersion);
+  block.u32(1);
+  EXPECT_NE(
+      decode_items(block.out + bytes, nullptr, 0, &out, "t").message().find("unknown flags 4"),
+      std::string::npos);
+  ByteWriter fields;  // an item claiming 2^32-1 fields
+  fields.u32(kItemCodecVersion);
+  fields.u32(1);
+  fields.u64(1);
+  fields.u32(0);
+  fields.u64(0);
+  fields.u32(0);
+  fields.str("k");
+  fields.u32(0xffffffff);
+  fields.out.append(40, '\0');
+  EXPECT_NE(decode_items(fields.out, nullptr, 0, &out, "t").message().find("fields in"),
+            std::string::npos);
+}
+
+// The seed corpus of transport_fuzz (tests/fuzz/transport_corpus): one input per decoder,
+// made by the encoders of this build. SY_UPDATE_FUZZ_CORPUS=1 rewrites the files.
+std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
+  // Fields view one buffer in address order, so the layout does not depend on the heap.
+  static const std::string buf(16384, 'v');
+  auto seed_item = [&](uint64_t id, size_t at) {
+    Item it = sample(id);
+    it.fields.clear();
+    it.set_field_view("cls", reinterpret_cast<const uint8_t*>(buf.data()) + at, 1);
+    it.set_field_view("jpg", reinterpret_cast<const uint8_t*>(buf.data()) + at + 64, 3000);
+    return it;
+  };
+  std::vector<Item> items{seed_item(1, 0), seed_item(2, 4096), seed_item(3, 8192)};
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan);
+  ByteWriter block;
+  encode_items(items.data(), items.size(), plan, &block);
+  HelloFrame hello;
+  hello.capacity = 1 << 20;
+  hello.packets_in_flight = 4;
+  hello.max_run_bytes = 1 << 18;
+  hello.channel = "r0/e1/w2";
+  hello.producer = "worker 2";
+  RunFrame run{4096, 8192, 6144, 2000, 3, RunFrame::kLastRun};
+  SharedShard shard;
+  shard.shard = 5;
+  shard.first_position = 100;
+  shard.items = {seed_item(4, 0), seed_item(5, 1000)};
+  shard.bytes = 10002;
+  std::string image;
+  auto img = ShmShardImage::create(shard, SegmentOptions{"/proc", "", "seed"});  // a memfd
+  if (img.is_ok()) {
+    auto map = img->segment().map(ShmSegment::Access::kReadOnly);
+    if (map.is_ok()) image.assign(reinterpret_cast<const char*>((*map)->data()), (*map)->size());
+  }
+  ByteWriter frame;
+  frame.u32(kFrameMagic);
+  frame.u32(kFrameVersion | (uint32_t{kRun} << 16));
+  frame.u32(static_cast<uint32_t>(encode(run).size()));
+  return {{"items", '\0' + block.out},
+          {"hello", '\1' + encode(hello)},
+          {"hello_ack", '\2' + encode(HelloAckFrame{kShmProtocolVersion, 1234})},
+          {"run", '\3' + encode(run)},
+          {"finish", '\4' + encode(finish_frame(io_error("disk full at /data/a.tar")))},
+          {"socket_frame", '\5' + frame.out + encode(run)},
+          {"shard_image", '\6' + image}};
+}
+
+TEST(ItemCodec, FuzzSeedsAreWhatTheEncodersWrite) {
+  const std::string dir = std::string(SY_SOURCE_DIR) + "/tests/fuzz/transport_corpus/";
+  const bool update = std::getenv("SY_UPDATE_FUZZ_CORPUS") != nullptr;
+  for (const auto& [name, bytes] : fuzz_seeds()) {
+    if (update) std::ofstream(dir + name, std::ios::binary) << bytes;
+    std::ifstream in(dir + name, std::ios::binary);
+    std::stringstream got;
+    got << in.rdbuf();
+    EXPECT_TRUE(got.str() == bytes)
+        << dir + name << " is stale: rerun this test with SY_UPDATE_FUZZ_CORPUS=1";
+  }
+}
+
+}  // namespace
+}  // namespace shardyard::io

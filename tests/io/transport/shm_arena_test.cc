@@ -1,0 +1,180 @@
+// Tests of io/transport/shm_arena.h: the producer's ring and the consumer's releases, alone
+// and together against a model of which bytes are in use; and the shared header.
+#include "io/transport/shm_arena.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "process_util.h"
+
+namespace shardyard::io {
+namespace {
+
+constexpr uint64_t kCap = 4096;
+
+ArenaRing::Span place(ArenaRing& ring, uint64_t bytes, uint64_t released) {
+  ArenaRing::Span s;
+  auto r = ring.allocate(bytes, released, &s);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_TRUE(r.is_ok() && *r) << "a run of " << bytes << " should fit";
+  return s;
+}
+
+TEST(ArenaRing, PlacesRunsInRingOrderAlignedAndWaitsWhenFull) {
+  ArenaRing ring(kCap);
+  auto a = place(ring, 1000, 0);
+  EXPECT_EQ(a.start, 0u);
+  EXPECT_EQ(a.bytes, 1024u) << "64-byte aligned";
+  auto b = place(ring, 2000, 0);
+  EXPECT_EQ(b.start, 1024u);
+  ArenaRing::Span s;
+  EXPECT_FALSE(*ring.allocate(1500, 0, &s)) << "only 1024 bytes are left";
+  EXPECT_EQ(ring.head(), 3072u) << "a refused run takes nothing";
+  EXPECT_FALSE(*ring.allocate(1500, 1024, &s))
+      << "1024 bytes are freed, but a run may not cross the ring's end, and from the start "
+         "1536 bytes would reach the held run";
+  auto c = place(ring, 1000, 1024);
+  EXPECT_EQ(c.start, 3072u) << "the end of the ring is free";
+  auto d = place(ring, 64, 1024);
+  EXPECT_EQ(d.offset, 0u) << "and so is its start, freed by the first run";
+  EXPECT_FALSE(*ring.allocate(1000, 1024, &s)) << "the second run is still held";
+}
+
+TEST(ArenaRing, ARunThatWouldCrossTheEndStartsAtTheRingsStart) {
+  ArenaRing ring(kCap);
+  place(ring, 3008, 0);
+  place(ring, 64, 0);  // 3008..3072, held
+  auto s = place(ring, 2000, 3008);
+  EXPECT_EQ(s.start, 4096u) << "1024 bytes at the end are skipped";
+  EXPECT_EQ(s.offset, 0u);
+  EXPECT_EQ(ring.head(), 6144u);
+}
+
+TEST(ArenaRing, AnEmptyRingTakesAnyRunUpToItsCapacity) {
+  ArenaRing ring(kCap);
+  place(ring, 3008, 0);                // head at 3008
+  auto big = place(ring, 4096, 3008);  // all freed: the whole ring is free
+  EXPECT_EQ(big.start, 4096u);
+  EXPECT_EQ(big.offset, 0u);
+  ArenaRing::Span s;
+  EXPECT_EQ(ring.allocate(4097, 8192, &s).status().code(), StatusCode::kInternal);
+}
+
+TEST(ArenaRing, RefusesAReleasedPositionItCannotHaveReached) {
+  ArenaRing ring(kCap);
+  place(ring, 1024, 0);
+  ArenaRing::Span s;
+  EXPECT_EQ(ring.allocate(64, 2048, &s).status().code(), StatusCode::kCorrupt) << "past head";
+  ASSERT_TRUE(ring.allocate(64, 1024, &s).is_ok());
+  Status back = ring.allocate(64, 0, &s).status();
+  EXPECT_EQ(back.code(), StatusCode::kCorrupt) << "going back";
+  EXPECT_NE(back.message().find("saw 1024 before"), std::string::npos) << back.message();
+  EXPECT_EQ(ring.allocate(64, 1000, &s).status().code(), StatusCode::kCorrupt) << "unaligned";
+}
+
+TEST(ArenaReleases, FreesInAnyOrderAndReleasesInRingOrder) {
+  ArenaReleases r(kCap);
+  ASSERT_TRUE(r.add(0, 1024).is_ok());
+  ASSERT_TRUE(r.add(1024, 1024).is_ok());
+  ASSERT_TRUE(r.add(2048, 1024).is_ok());
+  EXPECT_EQ(r.held_bytes(), 3072u);
+  EXPECT_EQ(r.release(2048), 0u) << "the first run still holds the ring";
+  EXPECT_EQ(r.release(1024), 0u);
+  EXPECT_EQ(r.held_runs(), 3u);
+  EXPECT_EQ(r.release(0), 3072u) << "now everything up to the last run's end";
+  EXPECT_EQ(r.held_runs(), 0u);
+  EXPECT_EQ(r.held_bytes(), 0u);
+  EXPECT_EQ(r.release(0), 3072u) << "a second release of a run changes nothing";
+  // The next run skips the ring's end.
+  ASSERT_TRUE(r.add(4096, 2048).is_ok());
+  EXPECT_EQ(r.released(), 4096u);
+}
+
+TEST(ArenaReleases, RefusesRunsOutOfOrderOutOfTheRingOrOverHeldBytes) {
+  ArenaReleases r(kCap);
+  ASSERT_TRUE(r.add(0, 2048).is_ok());
+  EXPECT_NE(r.add(3072, 64).message().find("out of ring order"), std::string::npos)
+      << "a gap that is not a skip of the ring's end";
+  EXPECT_NE(r.add(4096, 64).message().find("still in use"), std::string::npos)
+      << "a skip of the ring's end onto the held run";
+  EXPECT_NE(r.add(2048 + 64, 64).message().find("out of ring order"), std::string::npos);
+  EXPECT_NE(r.add(2048, 100).message().find("is not a run"), std::string::npos);
+  EXPECT_NE(r.add(2048, 8192).message().find("is not a run"), std::string::npos);
+  ASSERT_TRUE(r.add(2048, 2048).is_ok());
+  EXPECT_NE(r.add(4096, 64).message().find("still in use"), std::string::npos);
+  r.release(0);
+  EXPECT_TRUE(r.add(4096, 2048).is_ok());
+  ArenaReleases cross(kCap);
+  ASSERT_TRUE(cross.add(0, 3072).is_ok());
+  EXPECT_NE(cross.add(3072, 2048).message().find("crosses the end"), std::string::npos);
+}
+
+// The producer's ring and the consumer's releases together, with releases in random order
+// and a model of every byte in use: no run is ever placed over a byte still held, and the
+// consumer accepts every run the producer places.
+TEST(ArenaRingAndReleases, NeverOverwriteAHeldByteWhateverTheReleaseOrder) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    const uint64_t cap = 64 * (16 + rng() % 200);
+    ArenaRing ring(cap);
+    ArenaReleases rel(cap);
+    std::vector<int> owner(cap, -1);  // which run holds each byte
+    std::vector<ArenaRing::Span> held;
+    uint64_t released = 0, placed = 0;
+    for (int step = 0; step < 3000; ++step) {
+      if (!held.empty() && (rng() % 2 == 0 || held.size() > 40)) {
+        const size_t i = rng() % held.size();
+        for (uint64_t b = 0; b < held[i].bytes; ++b) owner[held[i].offset + b] = -1;
+        released = rel.release(held[i].start);
+        held.erase(held.begin() + i);
+        continue;
+      }
+      const uint64_t want = 1 + rng() % (cap / (1 + rng() % 4));
+      ArenaRing::Span s;
+      auto ok = ring.allocate(want, released, &s);
+      ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+      if (!*ok) continue;
+      ASSERT_TRUE(rel.add(s.start, s.bytes).is_ok()) << "seed " << seed << " step " << step;
+      for (uint64_t b = 0; b < s.bytes; ++b) {
+        ASSERT_EQ(owner[s.offset + b], -1) << "byte " << s.offset + b << " is still held";
+        owner[s.offset + b] = step;
+      }
+      held.push_back(s);
+      ++placed;
+    }
+    EXPECT_GT(placed, 500u);
+    EXPECT_GT(ring.head(), 10 * cap) << "the ring went round many times";
+  }
+}
+
+TEST(ShmArena, TheConsumerCreatesItAndTheProducerAttachesItsDescriptor) {
+  SegmentOptions o;
+  o.dir = testing::test_shm_dir();
+  auto consumer = ShmArena::create(100000, o);
+  ASSERT_TRUE(consumer.is_ok()) << consumer.status().to_string();
+  EXPECT_EQ((*consumer)->capacity(), 102400u) << "whole pages";
+  EXPECT_EQ((*consumer)->writable_ring(), nullptr) << "the consumer reads the ring only";
+  auto producer = ShmArena::attach((*consumer)->segment().duplicate().value(), 102400, "arena");
+  ASSERT_TRUE(producer.is_ok()) << producer.status().to_string();
+  (*producer)->writable_ring()[5] = 9;
+  EXPECT_EQ((*consumer)->ring()[5], 9);
+  (*consumer)->header().released.store(4096);
+  EXPECT_EQ((*producer)->header().released.load(), 4096u);
+  EXPECT_EQ(
+      ShmArena::attach((*consumer)->segment().duplicate().value(), 4096, "arena").status().code(),
+      StatusCode::kCorrupt)
+      << "another capacity";
+  auto plain = ShmSegment::create(8192, o);
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_NE(ShmArena::attach(plain->duplicate().value(), 4096, "arena")
+                .status()
+                .message()
+                .find("not an arena"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardyard::io
