@@ -450,13 +450,14 @@ Status Cluster::shutdown() {
     if (d.networked && job_coordinator && failure.is_ok()) {
       // Each hosted rank leaves the job: done, or with the error its trainer met, which stops
       // the other ranks. A rank that goes without leaving is lost, and stops them too.
-      for (auto& [r, roles] : ranks) {
+      for (const auto& entry : ranks) {
+        const uint32_t r = entry.first;
         auto it = rank_errors.find(r);
         const Status error = it == rank_errors.end() ? Status::ok() : it->second;
         self->request(job_coordinator, kReplyTimeout,
                       RankLeave{r, error.is_ok(), error.is_ok() ? "" : error.to_string()})
             .receive([](const LeaveAck& msg) { received(msg); },
-                     [&](const caf::error& err) {
+                     [r](const caf::error& err) {
                        // The coordinator then hears of this rank as lost.
                        std::fprintf(stderr,
                                     "shardyard: warning: rank %u could not tell the coordinator "
