@@ -447,9 +447,11 @@ Status Cluster::shutdown() {
   Status result;
   {
     caf::scoped_actor self{system->sys};
-    if (d.networked && job_coordinator && failure.is_ok()) {
+    if (job_coordinator && failure.is_ok()) {
       // Each hosted rank leaves the job: done, or with the error its trainer met, which stops
-      // the other ranks. A rank that goes without leaving is lost, and stops them too.
+      // the other ranks. A rank that goes without leaving is lost, and stops them too (so in
+      // one process too the ranks leave before their actors stop: the coordinator monitors
+      // them and would take the first loader actor to stop for a lost rank).
       for (const auto& entry : ranks) {
         const uint32_t r = entry.first;
         auto it = rank_errors.find(r);

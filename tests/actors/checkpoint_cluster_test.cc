@@ -311,16 +311,18 @@ void each_rank(Cluster& cluster, uint32_t ranks, F body) {
 TEST_F(CheckpointClusterTest, StateBytesResumeLikeACheckpointDirectory) {
   opt_.world_size = 2;
   std::map<uint32_t, std::vector<Step>> full, before, after;
+  std::mutex mu;  // the rank threads fill the maps
   {
     auto c = Cluster::start(opt_, {0, 1});
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     each_rank(**c, 2, [&](uint32_t r, Loader& l) {
       ASSERT_TRUE(l.start_epoch(0).is_ok());
-      full[r] = take(l, 0);
+      auto got = take(l, 0);
+      std::lock_guard<std::mutex> lock(mu);
+      full[r] = std::move(got);
     });
   }
   std::map<uint32_t, std::string> states;
-  std::mutex mu;
   {
     auto c = Cluster::start(opt_, {0, 1});
     ASSERT_TRUE(c.is_ok());
