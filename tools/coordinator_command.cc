@@ -60,6 +60,7 @@ int run_coordinator(CoordinatorArgs& args) {
     }
   }
   Status outcome = (*service)->wait();
+  signals.on_signal([](int) {});  // the service goes away: a late signal changes nothing
   if (signals.received() != 0) {
     std::fprintf(stderr, "shardyard coordinator: stopped by %s\n",
                  signals.received() == SIGINT ? "SIGINT" : "SIGTERM");

@@ -145,8 +145,12 @@ Result<coordinator_actor> connect_coordinator(caf::actor_system& sys, const Conn
   const std::string client_nonce = random_bytes(kNonceBytes);
   Result<Challenge> challenge = internal_error("no answer to Hello");
   self->request(gate, step, Hello{kProtocolVersion, c.rank, client_nonce})
-      .receive([&](Challenge& ch) { challenge = std::move(ch); },
-               [&](caf::error& err) { challenge = from_error(err); });
+      .receive(
+          [&](Challenge& ch) {
+            received(ch);
+            challenge = std::move(ch);
+          },
+          [&](caf::error& err) { challenge = from_error(err); });
   if (!challenge.is_ok())
     return Status(challenge.status().code(), "the coordinator at " + where.to_string() +
                                                  " refused rank " + std::to_string(c.rank) + ": " +
@@ -157,8 +161,12 @@ Result<coordinator_actor> connect_coordinator(caf::actor_system& sys, const Conn
       auth_proof(c.token, "rank", challenge->server_nonce, client_nonce, challenge->node, c.rank);
   Result<Admitted> admitted = internal_error("no answer to the proof");
   self->request(gate, step, Proof{c.rank, proof})
-      .receive([&](Admitted& a) { admitted = std::move(a); },
-               [&](caf::error& err) { admitted = from_error(err); });
+      .receive(
+          [&](Admitted& a) {
+            received(a);
+            admitted = std::move(a);
+          },
+          [&](caf::error& err) { admitted = from_error(err); });
   if (!admitted.is_ok())
     return Status(admitted.status().code(), "the coordinator at " + where.to_string() +
                                                 " refused rank " + std::to_string(c.rank) + ": " +
