@@ -9,7 +9,6 @@ process (exact order, exactly once), or checks that a failure stops every proces
 names the culprit and leaves no process behind. Exit 0 = pass, 77 = skipped (a launcher
 that is not installed).
 """
-import argparse
 import collections
 import os
 import shutil
@@ -17,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,7 +23,6 @@ sys.path.insert(0, HERE)
 import run_e2e as base  # noqa: E402  (make, read_dump, check)
 
 LAUNCH = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "shardyard-launch"))
-ARGS = None
 check = base.check
 # Every wait of this file is bounded: a job that hangs fails its case, it does not hang it.
 JOB_TIMEOUT = 120
@@ -48,11 +45,11 @@ def job_flags(source, *extra):
 
 
 def rank_cmd(source, *extra):
-    return [ARGS.shardyard, "run", *job_flags(source, *extra)]
+    return [base.ARGS.shardyard, "run", *job_flags(source, *extra)]
 
 
 def launch(nproc, command, *launcher_flags, env=None, timeout=JOB_TIMEOUT):
-    argv = [sys.executable, LAUNCH, "--shardyard", ARGS.shardyard, "--nproc-per-node",
+    argv = [sys.executable, LAUNCH, "--shardyard", base.ARGS.shardyard, "--nproc-per-node",
             str(nproc), *map(str, launcher_flags), "--", *command]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                           env=env if env is not None else os.environ)
@@ -61,7 +58,7 @@ def launch(nproc, command, *launcher_flags, env=None, timeout=JOB_TIMEOUT):
 def in_one_process(tmp, name, source, ranks, *extra):
     """The reference: the same job with every rank in one process."""
     dump = os.path.join(tmp, name)
-    p = subprocess.run([ARGS.shardyard, "run", "--ranks", str(ranks),
+    p = subprocess.run([base.ARGS.shardyard, "run", "--ranks", str(ranks),
                         *job_flags(source, *extra), "--dump-keys", dump],
                        capture_output=True, text=True, timeout=JOB_TIMEOUT)
     check(p.returncode == 0, f"--ranks {ranks} in one process failed: {p.stderr[-500:]}")
@@ -147,7 +144,7 @@ def case_launch_2x2(tmp):
     port = free_port()
     flags = ["--nnodes", 2, "--coordinator", f"127.0.0.1:{port}", "--token-file", token,
              "--run-id", "job-2x2"]
-    argv = lambda node: [sys.executable, LAUNCH, "--shardyard", ARGS.shardyard,  # noqa: E731
+    argv = lambda node: [sys.executable, LAUNCH, "--shardyard", base.ARGS.shardyard,  # noqa: E731
                          "--nproc-per-node", "2", *map(str, flags), "--node-rank", str(node),
                          "--", *rank_cmd(src, "--dump-keys", dump)]
     nodes = [subprocess.Popen(argv(n), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -208,10 +205,10 @@ def case_rescale(tmp):
 
 def case_trainer(tmp):
     """examples/trainer as one rank of a launched job: each rank checks its own samples."""
-    if not ARGS.trainer:
+    if not base.ARGS.trainer:
         sys.exit(77)
     src, _ = dataset(tmp)
-    p = launch(3, [ARGS.trainer, "--source", src, "--workers", "2", "--batch-size", "8",
+    p = launch(3, [base.ARGS.trainer, "--source", src, "--workers", "2", "--batch-size", "8",
                    "--epochs", "2"])
     ok(p, "examples/trainer as 3 ranks")
     for r in range(3):
@@ -223,7 +220,7 @@ def case_seed_mismatch(tmp):
     """A rank started with another seed: every rank stops within 30 s, naming the field and
     both values."""
     src, _ = dataset(tmp)
-    script = (f'seed=3; [ "$RANK" = 2 ] && seed=9; exec {ARGS.shardyard} run --source "{src}" '
+    script = (f'seed=3; [ "$RANK" = 2 ] && seed=9; exec {base.ARGS.shardyard} run --source "{src}" '
               '--shuffle --seed $seed --batch-size 4 --no-cache --epochs 1000')
     t0 = time.monotonic()
     p = launch(4, ["sh", "-c", script], timeout=60)
@@ -240,7 +237,7 @@ def case_sigkill(tmp):
     """SIGKILL of one rank mid-run: the others and the launcher exit non-zero within 30 s,
     naming the lost rank; no process is left behind."""
     src, _ = dataset(tmp)
-    argv = [sys.executable, LAUNCH, "--shardyard", ARGS.shardyard, "--nproc-per-node", "4",
+    argv = [sys.executable, LAUNCH, "--shardyard", base.ARGS.shardyard, "--nproc-per-node", "4",
             "--", *rank_cmd(src, "--epochs", 100000)]
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     victim = None
@@ -248,7 +245,7 @@ def case_sigkill(tmp):
     while victim is None and time.monotonic() < deadline:
         time.sleep(0.2)
         for pid, cmd in leftovers(tmp):
-            if cmd.startswith(ARGS.shardyard + " run") and "--epochs 100000" in cmd:
+            if cmd.startswith(base.ARGS.shardyard + " run") and "--epochs 100000" in cmd:
                 with open(f"/proc/{pid}/environ", "rb") as f:
                     if b"RANK=1" in f.read().split(b"\0"):
                         victim = pid
@@ -286,7 +283,7 @@ def case_intruder(tmp):
         os.write(fd, text.encode())
         os.close(fd)
     port_file = os.path.join(tmp, "port")
-    coord = subprocess.Popen([ARGS.shardyard, "coordinator", "--listen", "127.0.0.1:0",
+    coord = subprocess.Popen([base.ARGS.shardyard, "coordinator", "--listen", "127.0.0.1:0",
                               "--world-size", "2", "--token-file", token, "--port-file",
                               port_file], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
@@ -299,7 +296,7 @@ def case_intruder(tmp):
                 return
             time.sleep(0.05)
         where = "127.0.0.1:" + open(port_file).read().strip().rpartition(":")[2]
-        rank = lambda r, tok, dump: [ARGS.shardyard, "run", *job_flags(src),  # noqa: E731
+        rank = lambda r, tok, dump: [base.ARGS.shardyard, "run", *job_flags(src),  # noqa: E731
                                      "--rank", str(r), "--world-size", "2", "--coordinator",
                                      where, "--token-file", tok, "--dump-keys", dump]
         # Rank 0 hosts the coordinator unless told that it runs on its own.
@@ -348,9 +345,9 @@ def case_max_restarts(tmp):
     script = (f'flags="--source {src} --shuffle --seed 3 --batch-size 4 --no-cache --epochs 2 '
               f'--checkpoint-dir {ck} --dump-keys {tmp}/attempt-$TORCHELASTIC_RESTART_COUNT"; '
               'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
-              f'  {ARGS.shardyard} run $flags --stop-after-steps 5 || exit $?; '
+              f'  {base.ARGS.shardyard} run $flags --stop-after-steps 5 || exit $?; '
               '  [ "$RANK" = 1 ] && exit 3; exit 0; '
-              f'else exec {ARGS.shardyard} run $flags --resume auto; fi')
+              f'else exec {base.ARGS.shardyard} run $flags --resume auto; fi')
     p = launch(3, ["sh", "-c", script], "--max-restarts", 1, "--grace-period", 0)
     ok(p, "a job restarted once")
     check("restarting the job (1 of 1)" in p.stderr, f"no restart announced: {p.stderr[-800:]}")
@@ -367,42 +364,36 @@ def case_max_restarts(tmp):
     no_leftovers(tmp, "max restarts")
 
 
-def case_torchrun(tmp):
-    """Under torchrun (standalone), with nothing else set, the ranks find each other."""
-    torchrun = shutil.which("torchrun")
-    if torchrun is None:
-        print("torchrun is not installed (python3-torch): skipped")
+def under_launcher(tmp, what, program, package, launcher_argv):
+    """Runs 3 ranks under another launcher (`launcher_argv` before the rank's command), with
+    no SHARDYARD_ variable set: they must find each other on their own."""
+    if shutil.which(program) is None:
+        print(f"{program} is not installed ({package}): skipped")
         sys.exit(77)
     src, exp = dataset(tmp)
     dump = os.path.join(tmp, "mp")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDYARD_")}
-    p = subprocess.run(["/usr/bin/python3", torchrun, "--standalone", "--nproc_per_node", "3",
-                        "--no_python", "--redirects", "1", "--tee", "1", "--log_dir",
-                        os.path.join(tmp, "logs"), *rank_cmd(src, "--dump-keys", dump)],
+    p = subprocess.run([*launcher_argv, *rank_cmd(src, "--dump-keys", dump)],
                        capture_output=True, text=True, timeout=JOB_TIMEOUT, env=env)
-    ok(p, "torchrun --standalone --nproc_per_node 3")
-    got = same_as_one_process(tmp, dump, src, 3, "torchrun")
-    exactly_once([got], exp, 1, "torchrun")
-    no_leftovers(tmp, "torchrun")
+    ok(p, what)
+    got = same_as_one_process(tmp, dump, src, 3, what)
+    exactly_once([got], exp, 1, what)
+    no_leftovers(tmp, what)
+
+
+def case_torchrun(tmp):
+    """Under torchrun (standalone, one node)."""
+    under_launcher(tmp, "torchrun --standalone --nproc_per_node 3", "torchrun", "python3-torch",
+                   ["/usr/bin/python3", shutil.which("torchrun") or "torchrun", "--standalone",
+                    "--nproc_per_node", "3", "--no_python", "--redirects", "1", "--tee", "1",
+                    "--log_dir", os.path.join(tmp, "logs")])
 
 
 def case_mpirun(tmp):
-    """Under Open MPI's mpirun on one node, with nothing else set, the ranks find each other."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        print("mpirun is not installed (openmpi-bin): skipped")
-        sys.exit(77)
-    src, exp = dataset(tmp)
-    dump = os.path.join(tmp, "mp")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDYARD_")}
+    """Under Open MPI's mpirun on one node."""
     root = ["--allow-run-as-root"] if os.getuid() == 0 else []
-    p = subprocess.run([mpirun, *root, "--oversubscribe", "-np", "3",
-                        *rank_cmd(src, "--dump-keys", dump)],
-                       capture_output=True, text=True, timeout=JOB_TIMEOUT, env=env)
-    ok(p, "mpirun -np 3")
-    got = same_as_one_process(tmp, dump, src, 3, "mpirun")
-    exactly_once([got], exp, 1, "mpirun")
-    no_leftovers(tmp, "mpirun")
+    under_launcher(tmp, "mpirun -np 3", "mpirun", "openmpi-bin",
+                   ["mpirun", *root, "--oversubscribe", "-np", "3"])
 
 
 def case_slurm(tmp):
@@ -437,31 +428,20 @@ def case_slurm(tmp):
         exactly_once([got], exp, 1, f"SLURM on {nodes} node(s)")
 
 
+def kill_leftovers(tmp):
+    """A failed case still leaves nothing running."""
+    for pid, _ in leftovers(tmp):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 CASES = {n[len("case_"):]: f for n, f in globals().items() if n.startswith("case_")}
 
 
 def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardyard", required=True)
-    ap.add_argument("--trainer")
-    ap.add_argument("case", choices=sorted(CASES))
-    ARGS = base.ARGS = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix=f"shardyard-mp-{ARGS.case}-")
-    try:
-        CASES[ARGS.case](tmp)
-    finally:
-        for pid, _ in leftovers(tmp):  # a failed case still leaves nothing running
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        shutil.rmtree(tmp, ignore_errors=True)
-    if base.FAILS:
-        print(f"{ARGS.case}: {len(base.FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print(f"{ARGS.case}: passed")
-    return 0
+    return base.run_cases(CASES, "shardyard-mp", cleanup=kill_leftovers)
 
 
 if __name__ == "__main__":
