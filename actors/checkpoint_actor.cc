@@ -80,16 +80,22 @@ checkpoint_actor::behavior_type checkpoint_fn(
           rp.deliver(to_error(invalid_argument("malformed save request")));
           return rp;
         }
-        // The directory first: a file system that cannot write (HTTP, S3) refuses here, with
-        // the directory's name, before anything is read or asked of the coordinator.
-        if (Status st = job->fs->create_dir(req.dir); !st.is_ok()) {
-          rp.deliver(to_error(st));
-          return rp;
-        }
-        auto proposed = io::next_generation(*job->fs, req.dir);
-        if (!proposed.is_ok()) {
-          rp.deliver(to_error(proposed.status()));
-          return rp;
+        // Without a directory (Loader::state()) the cut comes back as bytes, nothing is
+        // written. With one, the directory first: a file system that cannot write (HTTP, S3)
+        // refuses here, with the directory's name, before anything is asked of the
+        // coordinator.
+        const bool in_memory = req.dir.empty();
+        Result<uint64_t> proposed = uint64_t{0};
+        if (!in_memory) {
+          if (Status st = job->fs->create_dir(req.dir); !st.is_ok()) {
+            rp.deliver(to_error(st));
+            return rp;
+          }
+          proposed = io::next_generation(*job->fs, req.dir);
+          if (!proposed.is_ok()) {
+            rp.deliver(to_error(proposed.status()));
+            return rp;
+          }
         }
         self->state.set("saving", RoleState::kSaving);
         CheckpointBegin begin{rank, req.dir, req.epoch, req.step, *proposed};
@@ -97,13 +103,16 @@ checkpoint_actor::behavior_type checkpoint_fn(
             .then(
                 [=](const CheckpointGeneration& g) mutable {
                   const ActorTurn turn(g);
-                  // What aborted saves and crashes left below this generation goes first.
-                  io::remove_uncommitted(*job->fs, req.dir, g.generation);
                   const int64_t t0 = job->clock->steady_ns();
                   const std::string name = io::rank_file_name(rank, g.generation);
                   const std::string bytes =
                       encode_rank_checkpoint(rank_checkpoint(req, rank, g.generation, fingerprint));
-                  Status st = io::write_checkpoint_file(*job->fs, req.dir, name, bytes);
+                  Status st;
+                  if (!in_memory) {
+                    // What aborted saves and crashes left below this generation goes first.
+                    io::remove_uncommitted(*job->fs, req.dir, g.generation);
+                    st = io::write_checkpoint_file(*job->fs, req.dir, name, bytes);
+                  }
                   self->state.last_write_ms = (job->clock->steady_ns() - t0) / 1e6;
                   if (!st.is_ok()) {
                     // The other ranks must not wait for this file: the coordinator aborts
@@ -115,9 +124,18 @@ checkpoint_actor::behavior_type checkpoint_fn(
                         checkpoint_aborted(req.dir, req.epoch, req.step, rank, st.message())));
                     return;
                   }
-                  RankSaved saved{rank,     req.dir,      g.generation,        req.epoch,
-                                  req.step, req.steps,    req.layout_step0,    req.epoch_complete,
-                                  name,     bytes.size(), file_checksum(bytes)};
+                  RankSaved saved{rank,
+                                  req.dir,
+                                  g.generation,
+                                  req.epoch,
+                                  req.step,
+                                  req.steps,
+                                  req.layout_step0,
+                                  req.epoch_complete,
+                                  name,
+                                  bytes.size(),
+                                  file_checksum(bytes),
+                                  in_memory ? bytes : std::string()};
                   const uint64_t size = bytes.size();
                   // The barrier: the reply comes once every rank saved this cut.
                   self->request(self->state.coordinator, barrier, saved)
@@ -136,7 +154,7 @@ checkpoint_actor::behavior_type checkpoint_fn(
                               b->checkpoint_committed(c.generation);
                               b->saves.add();
                             }
-                            rp.deliver(SaveDone{c.generation, size});
+                            rp.deliver(SaveDone{c.generation, size, c.state});
                           },
                           [=](const caf::error& err) mutable {
                             const ActorTurn turn;
@@ -156,13 +174,26 @@ checkpoint_actor::behavior_type checkpoint_fn(
       [=](const RestoreRequest& req) -> caf::typed_response_promise<ResumeGrant> {
         const ActorTurn turn(req);
         auto rp = self->make_response_promise<ResumeGrant>();
-        auto files = io::read_checkpoint_files(*job->fs, req.dir);
+        // A directory's files, or the cut a trainer kept (Loader::state()).
+        Result<io::CheckpointFiles> files = io::CheckpointFiles{};
+        if (!req.state.empty()) {
+          auto state = decode_checkpoint_state(req.state);
+          if (state.is_ok()) {
+            files->manifest = std::move(state->manifest);
+            files->rank_files = std::move(state->rank_files);
+          } else {
+            files = state.status();
+          }
+        } else {
+          files = io::read_checkpoint_files(*job->fs, req.dir);
+        }
         if (!files.is_ok()) {
           rp.deliver(to_error(files.status()));
           return rp;
         }
         self->state.set("restoring", RoleState::kRestoring);
-        ResumeOffer offer{rank, req.dir, std::move(files->manifest), std::move(files->rank_files)};
+        const std::string source = req.state.empty() ? req.dir : "the loader state";
+        ResumeOffer offer{rank, source, std::move(files->manifest), std::move(files->rank_files)};
         self->request(self->state.coordinator, kReplyTimeout, std::move(offer))
             .then(
                 [=](const ResumeGrant& grant) mutable {

@@ -8,10 +8,13 @@
 
 #include "actors/device_feed.h"
 #include "actors/monitor.h"
+#include "actors/net/host.h"
+#include "actors/net/network.h"
 #include "actors/protocol.h"
 #include "actors/roles.h"
 #include "actors/state/job.h"
 #include "actors/state/merger.h"
+#include "actors/state/placement.h"
 #include "actors/state/status_board.h"
 #include "io/format/manifest_scan.h"
 #include "io/format/record_scan.h"
@@ -27,27 +30,22 @@ using namespace actors;  // NOLINT: this file is the glue of the actors layer
 // ---- options -----------------------------------------------------------------------------
 
 Status LoaderOptions::topology_from_env() {
-  auto get = [](const char* name) -> const char* {
-    const char* v = std::getenv(name);
-    return (v && *v) ? v : nullptr;
-  };
-  const std::pair<const char*, const char*> vars[] = {
-      {"RANK", "WORLD_SIZE"},
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-      {"PMI_RANK", "PMI_SIZE"},
-      {"SLURM_PROCID", "SLURM_NTASKS"}};
-  for (const auto& [r, w] : vars) {
-    if (get(r) && get(w)) {
-      char* end = nullptr;
-      unsigned long rv = std::strtoul(get(r), &end, 10);
-      if (*end) return invalid_argument(std::string(r) + "='" + get(r) + "' is not a number");
-      unsigned long wv = std::strtoul(get(w), &end, 10);
-      if (*end) return invalid_argument(std::string(w) + "='" + get(w) + "' is not a number");
-      rank = static_cast<uint32_t>(rv);
-      world_size = static_cast<uint32_t>(wv);
-      return Status::ok();
-    }
-  }
+  const EnvLookup env = process_env();
+  SY_ASSIGN_OR_RETURN(JobPlacement p, resolve_placement(env, default_rendezvous_dir(env)));
+  if (p.launcher.empty()) return Status::ok();
+  rank = p.rank;
+  world_size = p.world_size;
+  restart_count = p.restart_count;
+  if (p.world_size == 1) return Status::ok();
+  host_coordinator = p.host_coordinator;
+  rendezvous_file = p.rendezvous_file;
+  coordinator = p.rendezvous_file.empty() && !p.coordinator.host.empty() ? p.coordinator.to_string()
+                                                                         : std::string();
+  if (!p.token_file.empty()) token_file = p.token_file;
+  if (!p.token.empty()) token = p.token;
+  // No token given: the job's id stands in (loopback only, placement.h says why).
+  if (token.empty() && token_file.empty()) token = p.derived_token;
+  if (auto tls = env("SHARDYARD_TLS")) force_tls = *tls != "0";
   return Status::ok();
 }
 
@@ -109,16 +107,47 @@ struct Cluster::Impl {
   LoaderOptions options;
   ScanReport report;
   std::shared_ptr<const JobData> job;
-  std::unique_ptr<DeviceFeed> device;  // null: batches stay in host memory
+  std::unique_ptr<DeviceFeed> device;     // null: batches stay in host memory
+  std::unique_ptr<net::TlsIdentity> tls;  // ranks in other processes, off loopback
+  bool networked = false;                 // the world has ranks in other processes
   // The monitor of this process's ranks (made by start(), never reset: its endpoints stop
   // with shutdown(), and it answers nothing after that).
   std::unique_ptr<JobMonitor> monitor;
 
   Mutex mu;
   std::shared_ptr<ActorSystem> system SY_GUARDED_BY(mu);  // null once shut down
-  coordinator_actor coordinator SY_GUARDED_BY(mu);
+  coordinator_actor coordinator SY_GUARDED_BY(mu);        // hosted here (in process, or rank 0)
+  net::gate_actor gate SY_GUARDED_BY(mu);                 // hosted here for other processes' ranks
+  // What this process's ranks talk to: the coordinator, or its gate in another process.
+  coordinator_actor job_coordinator SY_GUARDED_BY(mu);
   std::map<uint32_t, RankRoles> ranks SY_GUARDED_BY(mu);
   bool stopped SY_GUARDED_BY(mu) = false;
+  Status failure SY_GUARDED_BY(mu);  // why the job stopped under this process
+  // The first error each hosted rank's Loader met (its leave reports it).
+  std::map<uint32_t, Status> rank_errors SY_GUARDED_BY(mu);
+
+  // The job stopped (the coordinator said so, or went away): every open epoch is
+  // cancelled, so that a trainer waiting in next() hears of it at once.
+  void stop_job(Status why) SY_EXCLUDES(mu) {
+    {
+      MutexLock lock(&mu);
+      if (!failure.is_ok()) return;
+      failure = std::move(why);
+    }
+    cancel_epochs();
+  }
+  Status job_failure() SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    return failure;
+  }
+  void cancel_epochs() SY_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    for (auto& [r, roles] : ranks) {
+      for (auto& weak : roles.channels)
+        if (auto ch = weak.lock()) ch->cancel();
+      if (auto route = roles.route.lock()) route->cancel();
+    }
+  }
 
   // The actor system, or kCancelled after shutdown().
   Result<std::shared_ptr<ActorSystem>> running() SY_EXCLUDES(mu) {
@@ -194,47 +223,143 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
         (job->manifest->payload_bytes() / job->index.num_items() + 1024) * options.batch_size,
         ranks.size(), options);
 
+  // Ranks in other processes: this process hosts the job's coordinator or reaches it.
+  d.networked = ranks.size() < options.world_size;
+  std::string token;
+  HostPort where;
+  std::string where_source;
+  net::NetOptions net;
+  if (d.networked) {
+    if (options.coordinator.empty() && options.rendezvous_file.empty())
+      return invalid_argument(
+          "rank " + std::to_string(options.rank) + " of a world of " +
+          std::to_string(options.world_size) +
+          " has no coordinator to join: run it under a launcher (tools/shardyard-launch, "
+          "torchrun, mpirun), or set SHARDYARD_COORDINATOR=HOST:PORT (docs/multi-process.md)");
+    SY_ASSIGN_OR_RETURN(token, net::job_token(options.token, options.token_file));
+    if (!options.coordinator.empty()) {
+      SY_ASSIGN_OR_RETURN(where, parse_host_port(options.coordinator, options.host_coordinator));
+      where_source = options.coordinator;
+    } else {
+      where = HostPort{"127.0.0.1", 0};
+      where_source = "the rendezvous file " + options.rendezvous_file;
+    }
+    net.heartbeat_interval_ms = options.heartbeat_interval_ms;
+    net.connection_timeout_ms = options.connection_timeout_ms;
+    net.tls = net::use_tls(where.host, options.force_tls);
+    if (net.tls) {
+      SY_ASSIGN_OR_RETURN(d.tls, net::TlsIdentity::create(token));
+      net.tls_dir = d.tls->dir();
+    }
+  }
+
   // The Env's configuration (actors/system_config.h by default); the messages are registered
-  // whatever it is (registering twice changes nothing).
+  // whatever it is (registering twice changes nothing), and a job of several processes
+  // turns on the network (heartbeats, and TLS off loopback).
   auto cfg = env->new_actor_system_config();
   if (!cfg) return invalid_argument("the Env made no actor system configuration");
   register_protocol(*cfg);
+  if (d.networked) net::enable_network(*cfg, net);
   auto system = std::make_shared<ActorSystem>(std::move(cfg));
   caf::actor_system& sys = system->sys;
-  auto coordinator = spawn_coordinator(sys, job->info(), *job->fs, *job->clock);
+
+  CoordinatorOptions copts;
+  copts.join_timeout_ms = options.join_timeout_ms;
+  copts.fs = job->fs;
+  copts.clock = job->clock;
+  coordinator_actor coordinator, job_coordinator;
+  net::gate_actor gate;
+  if (!d.networked) {
+    coordinator = spawn_coordinator(sys, CoordinatorState(job->info()), copts);
+    job_coordinator = coordinator;
+  } else if (options.host_coordinator) {
+    copts.log = [](const std::string& line) {
+      std::fprintf(stderr, "shardyard coordinator: %s\n", line.c_str());
+    };
+    net::HostOptions host;
+    host.listen = where;
+    host.source = where_source;
+    host.tls = net.tls;
+    host.token = token;
+    host.rendezvous_file = options.rendezvous_file;
+    host.coordinator = copts;
+    SY_ASSIGN_OR_RETURN(auto hosted,
+                        net::host_coordinator(sys, CoordinatorState(job->info()), host));
+    coordinator = hosted.coordinator;
+    gate = hosted.gate;
+    job_coordinator = coordinator;
+  } else {
+    net::ConnectOptions c;
+    c.where = where;
+    c.rendezvous_file = options.rendezvous_file;
+    c.source = where_source;
+    c.tls = net.tls;
+    c.token = token;
+    c.rank = ranks.empty() ? 0 : ranks.front();
+    c.timeout_ms = options.join_timeout_ms;
+    SY_ASSIGN_OR_RETURN(job_coordinator, net::connect_coordinator(sys, c));
+  }
+
+  // Every hosted rank joins through its loader actor (so the coordinator monitors it), all
+  // at once: a join is answered when the whole world has joined.
+  Impl* impl = &d;
+  LoaderActorOptions lopts;
+  lopts.on_abort = [impl](Status why) { impl->stop_job(std::move(why)); };
+  lopts.join_timeout_ms = options.join_timeout_ms + 10000;
   {
     MutexLock lock(&d.mu);
     d.system = system;
     d.coordinator = coordinator;
+    d.gate = gate;
+    d.job_coordinator = job_coordinator;
+    for (auto r : ranks) d.ranks[r].loader = spawn_loader_actor(sys, r, job_coordinator, lopts);
   }
-
-  caf::scoped_actor self{sys};
+  std::vector<Status> joined(ranks.size());
+  {
+    // (Scoped: shutdown() below waits for every actor, this one too.)
+    caf::scoped_actor self{sys};
+    const std::chrono::milliseconds timeout(lopts.join_timeout_ms + 5000);
+    using JoinHandle =
+        decltype(self->request(std::declval<loader_actor>(), timeout, JoinRequest{}));
+    std::vector<JoinHandle> joins;
+    for (auto r : ranks) {
+      JoinRequest req;
+      req.rank = r;
+      req.workers = options.workers;
+      req.fingerprint = job->manifest->fingerprint;
+      req.job = job->info();
+      req.restart_count = options.restart_count;
+      joins.push_back(self->request(d.roles_of(r).loader, timeout, req));
+    }
+    for (size_t i = 0; i < joins.size(); ++i)
+      joins[i].receive([&](const JobInfo& msg) { received(msg); },
+                       [&](const caf::error& err) {
+                         joined[i] = request_failed(
+                             err, "the loader actor of rank " + std::to_string(ranks[i]),
+                             "JoinRequest", timeout);
+                       });
+  }
+  for (const auto& st : joined)
+    if (!st.is_ok()) {
+      (void)cluster->shutdown();
+      return st;
+    }
   for (auto r : ranks) {
-    RankRoles roles;
-    // Join first: the coordinator checks this rank against the job before it gets workers.
-    Status joined;
-    self->request(coordinator, kJoinTimeout,
-                  JoinRequest{r, options.workers, job->manifest->fingerprint})
-        .receive([&](const JobInfo& msg) { received(msg); },
-                 [&](const caf::error& err) {
-                   joined = request_failed(err, "the coordinator", "JoinRequest", kJoinTimeout);
-                 });
-    SY_RETURN_IF_ERROR(joined);
     // Every actor of the rank is on the monitor's board from the start.
     job->status->rank(r);
     job->status->role("dispatcher", r);
     for (uint32_t w = 0; w < options.workers; ++w) job->status->role("worker", r, w);
     job->status->role("loader", r);
     job->status->role("checkpoint", r);
-    roles.loader = spawn_loader_actor(sys, r, coordinator);
+    RankRoles roles = d.roles_of(r);
     for (uint32_t w = 0; w < options.workers; ++w)
       roles.workers.push_back(spawn_worker(sys, job, r, w));
-    roles.dispatcher = spawn_dispatcher(sys, job, r, coordinator, roles.workers, roles.loader);
-    roles.checkpoint = spawn_checkpoint_actor(sys, job, r, coordinator, roles.dispatcher);
+    roles.dispatcher = spawn_dispatcher(sys, job, r, job_coordinator, roles.workers, roles.loader);
+    roles.checkpoint = spawn_checkpoint_actor(sys, job, r, job_coordinator, roles.dispatcher);
     MutexLock lock(&d.mu);
     d.ranks[r] = std::move(roles);
   }
-  d.monitor = std::make_unique<JobMonitor>(sys, coordinator, job);
+  d.monitor = std::make_unique<JobMonitor>(sys, job_coordinator, job);
   if (options.metrics_port >= 0)
     SY_RETURN_IF_ERROR(
         d.monitor->serve(options.metrics_address, static_cast<uint16_t>(options.metrics_port)));
@@ -281,23 +406,18 @@ std::string Cluster::metrics_text() {
   return render_prometheus(d.monitor->metrics());
 }
 
-void Cluster::interrupt() {
-  auto& d = *impl_;
-  MutexLock lock(&d.mu);
-  for (auto& [r, roles] : d.ranks) {
-    for (auto& weak : roles.channels)
-      if (auto ch = weak.lock()) ch->cancel();
-    if (auto route = roles.route.lock()) route->cancel();
-  }
-}
+void Cluster::interrupt() { impl_->cancel_epochs(); }
 
 Status Cluster::shutdown() {
   auto& d = *impl_;
   // The endpoints go first: they ask the actors, which are about to stop.
   if (d.monitor) d.monitor->stop();
   std::shared_ptr<ActorSystem> system;
-  coordinator_actor coordinator;
+  coordinator_actor coordinator, job_coordinator;
+  net::gate_actor gate;
   std::map<uint32_t, RankRoles> ranks;
+  Status failure;
+  std::map<uint32_t, Status> rank_errors;
   {
     // From here on every trainer call fails with kCancelled; the handles move out of the
     // cluster, so that the actors can go once they acknowledged.
@@ -306,6 +426,10 @@ Status Cluster::shutdown() {
     d.stopped = true;
     system = std::move(d.system);
     coordinator = std::move(d.coordinator);
+    job_coordinator = std::move(d.job_coordinator);
+    gate = std::move(d.gate);
+    failure = d.failure;
+    rank_errors = d.rank_errors;
     // Workers may be blocked on full channels of an epoch nobody reads any more: cancel every
     // open channel first, so each worker finishes its unit and can acknowledge.
     for (auto& [r, roles] : d.ranks) {
@@ -323,6 +447,41 @@ Status Cluster::shutdown() {
   Status result;
   {
     caf::scoped_actor self{system->sys};
+    if (job_coordinator && failure.is_ok()) {
+      // Each hosted rank leaves the job: done, or with the error its trainer met, which stops
+      // the other ranks. A rank that goes without leaving is lost, and stops them too (so in
+      // one process too the ranks leave before their actors stop: the coordinator monitors
+      // them and would take the first loader actor to stop for a lost rank).
+      for (const auto& entry : ranks) {
+        const uint32_t r = entry.first;
+        auto it = rank_errors.find(r);
+        const Status error = it == rank_errors.end() ? Status::ok() : it->second;
+        self->request(job_coordinator, kReplyTimeout,
+                      RankLeave{r, error.is_ok(), error.is_ok() ? "" : error.to_string()})
+            .receive([](const LeaveAck& msg) { received(msg); },
+                     [r](const caf::error& err) {
+                       // The coordinator then hears of this rank as lost.
+                       std::fprintf(stderr,
+                                    "shardyard: warning: rank %u could not tell the coordinator "
+                                    "that it left: %s\n",
+                                    r, caf::to_string(err).c_str());
+                     });
+      }
+      // The process hosting the coordinator keeps it until the other ranks have left too:
+      // they lose it with this process.
+      if (gate) {
+        const std::chrono::milliseconds leave(d.options.leave_timeout_ms);
+        self->request(coordinator, leave, AwaitLeaves{})
+            .receive([](const LeaveAck& msg) { received(msg); },
+                     [&](const caf::error& err) {
+                       if (err == caf::sec::request_timeout)
+                         std::fprintf(stderr,
+                                      "shardyard: warning: not every rank left within %u s; "
+                                      "stopping the coordinator\n",
+                                      d.options.leave_timeout_ms / 1000);
+                     });
+      }
+    }
     auto stop = [&](auto& handle, const std::string& what) {
       if (!handle) return;
       self->request(handle, kShutdownTimeout, ShutdownRequest{"cluster shutdown"})
@@ -339,9 +498,12 @@ Status Cluster::shutdown() {
       for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
       stop(roles.loader, "loader of rank " + std::to_string(r));
     }
+    if (gate) stop(gate, "the coordinator's gate");
     stop(coordinator, "coordinator");
   }
+  if (gate) net::remove_rendezvous(d.options.rendezvous_file);
   system.reset();  // waits for every actor to finish, unless a trainer call still holds it
+  d.tls.reset();
   return result;
 }
 
@@ -527,6 +689,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   stop_epoch();
   auto& d = *cluster_->impl_;
   SY_ASSIGN_OR_RETURN(auto system, d.running());
+  if (Status why = d.job_failure(); !why.is_ok()) return failed(why);
   const RankRoles roles = d.roles_of(rank_);
   const auto& job = *d.job;
   const uint32_t w_count = job.topology.workers;
@@ -576,7 +739,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   if (!ticket.is_ok()) {
     for (auto& c : channels) c->cancel();
     if (route) route->cancel();
-    return ticket.status();
+    return failed(ticket.status());
   }
   {
     MutexLock lock(&d.mu);
@@ -657,6 +820,16 @@ Status Loader::start_epoch(uint32_t epoch) {
   return Status::ok();
 }
 
+Status Loader::failed(Status st) {
+  auto& d = *cluster_->impl_;
+  // A job that stopped under this rank (a rank lost, the coordinator gone) is why its epoch
+  // was cancelled: say that, not "cancelled".
+  if (Status why = d.job_failure(); !why.is_ok()) st = why;
+  MutexLock lock(&d.mu);
+  d.rank_errors.emplace(rank_, st);
+  return st;
+}
+
 Result<std::optional<Batch>> Loader::next() {
   if (!epoch_) return invalid_argument("next() before start_epoch()");
   auto& e = *epoch_;
@@ -696,9 +869,9 @@ Result<std::optional<Batch>> Loader::next() {
                                                           : RoleState::kFailed);
   e.board->next_wait.observe(std::chrono::duration<double>(waited).count());
   if (!b.is_ok()) {
-    e.error = b.status();
+    e.error = failed(b.status());
     e.stats->set_detail(e.error.to_string());
-    return b;
+    return e.error;
   }
   if (!b->has_value()) {
     e.finished = true;
@@ -729,12 +902,24 @@ Result<std::optional<Batch>> Loader::next() {
 // ---- checkpoints -------------------------------------------------------------------------
 
 Status Loader::save(const std::string& dir) {
+  if (dir.empty())
+    return invalid_argument("save() needs a directory; state() returns the cut as bytes");
+  return save_cut(dir).status();
+}
+
+Result<std::string> Loader::state() {
+  SY_ASSIGN_OR_RETURN(std::string bytes, save_cut(""));
+  return bytes;
+}
+
+Result<std::string> Loader::save_cut(const std::string& dir) {
   if (!epoch_) return invalid_argument("save() needs a started epoch: call start_epoch() first");
   auto& e = *epoch_;
   if (!e.error.is_ok())
     return Status(e.error.code(), "cannot save a failed epoch: " + e.error.message());
   auto& d = *cluster_->impl_;
   SY_ASSIGN_OR_RETURN(auto system, d.running());
+  if (Status why = d.job_failure(); !why.is_ok()) return why;
   if (d.job->dispatch != Dispatch::kNone && d.options.order != Order::kExact)
     return invalid_argument(
         "a checkpoint needs order=exact when a dispatcher routes items: with as_completed "
@@ -757,31 +942,47 @@ Status Loader::save(const std::string& dir) {
   req.dispatcher_state = e.cursor.dispatcher_state();
   req.loader_state = e.cursor.loader_state();
   Status result = internal_error("no answer from the checkpoint actor");
+  std::string state;
   const auto t0 = std::chrono::steady_clock::now();
   caf::scoped_actor self{system->sys};
   const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
+  const std::string where = dir.empty() ? "its loader state" : dir;
   self->request(keeper, timeout, std::move(req))
       .receive(
-          [&](const SaveDone& msg) {
+          [&](SaveDone& msg) {
             received(msg);
             result = Status::ok();
+            state = std::move(msg.state);
           },
           [&](const caf::error& err) {
             result = request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
                                     "SaveRequest", timeout);
             if (err == caf::sec::request_timeout)
-              result = unavailable("checkpoint of rank " + std::to_string(rank_) + " into " + dir +
-                                   " timed out: " + result.message() +
-                                   "; every rank must call save() at step " +
-                                   std::to_string(e.next_step));
+              result = unavailable(
+                  "checkpoint of rank " + std::to_string(rank_) + " into " + where +
+                  " timed out: " + result.message() + "; every rank must call " +
+                  (dir.empty() ? "state()" : "save()") + " at step " + std::to_string(e.next_step));
           });
-  if (result.is_ok())
-    e.board->save_time.observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return result;
+  if (!result.is_ok()) {
+    if (Status why = d.job_failure(); !why.is_ok()) result = why;
+    return result;
+  }
+  e.board->save_time.observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return state;
 }
 
 Result<ResumePoint> Loader::restore(const std::string& dir) {
+  if (dir.empty()) return invalid_argument("restore() needs a directory; load_state() takes bytes");
+  return restore_from(RestoreRequest{dir, {}});
+}
+
+Result<ResumePoint> Loader::load_state(const std::string& bytes) {
+  if (bytes.empty()) return invalid_argument("load_state() was given no bytes");
+  return restore_from(RestoreRequest{{}, bytes});
+}
+
+Result<ResumePoint> Loader::restore_from(const RestoreRequest& request) {
   if (epoch_ || (restored_ && restored_->started))
     return invalid_argument("restore() must come before the first start_epoch()");
   auto& d = *cluster_->impl_;
@@ -790,7 +991,7 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
   Result<ResumeGrant> grant = internal_error("no answer from the checkpoint actor");
   caf::scoped_actor self{system->sys};
   const std::chrono::milliseconds timeout{d.options.checkpoint_timeout_ms};
-  self->request(keeper, timeout, RestoreRequest{dir})
+  self->request(keeper, timeout, request)
       .receive(
           [&](ResumeGrant& g) {
             received(g);
@@ -800,7 +1001,10 @@ Result<ResumePoint> Loader::restore(const std::string& dir) {
             grant = request_failed(err, "the checkpoint actor of rank " + std::to_string(rank_),
                                    "RestoreRequest", timeout);
           });
-  if (!grant.is_ok()) return grant.status();
+  if (!grant.is_ok()) {
+    if (Status why = d.job_failure(); !why.is_ok()) return why;
+    return grant.status();
+  }
   auto r = std::make_unique<Restored>();
   r->point = ResumePoint{grant->epoch, grant->partial ? grant->step : 0, grant->generation,
                          grant->rescaled};

@@ -120,6 +120,29 @@ struct LoaderOptions {
   // faults in tests); the loader and its batches share it.
   std::shared_ptr<gpu::Device> custom_device;
 
+  // Ranks in several processes or on several nodes (docs/multi-process.md). A Loader whose
+  // world has ranks outside its process joins the job's coordinator over the network:
+  // `coordinator` names it (HOST:PORT), or `rendezvous_file` holds its address (one node,
+  // rank 0 writes it). With host_coordinator this process listens there itself (rank 0
+  // under torchrun or mpirun); otherwise it connects, retrying for join_timeout_ms. The
+  // job's token comes from `token` or `token_file`; a coordinator off loopback needs one,
+  // and connections off loopback are mutual TLS with the token's identity (force_tls: on
+  // loopback too). topology_from_env() sets all of these from the launcher's variables.
+  std::string coordinator;
+  std::string rendezvous_file;
+  bool host_coordinator = false;
+  std::string token;
+  std::string token_file;
+  bool force_tls = false;
+  uint32_t restart_count = 0;  // the launcher's restart (TORCHELASTIC_RESTART_COUNT)
+  // How long every rank may take to join once the first did; the job starts only then.
+  uint32_t join_timeout_ms = 300000;
+  // How long the process hosting the coordinator waits at shutdown for the other ranks to
+  // leave (they lose the coordinator with it).
+  uint32_t leave_timeout_ms = 120000;
+  uint32_t heartbeat_interval_ms = 500;
+  uint32_t connection_timeout_ms = 5000;  // a peer silent this long is lost
+
   // The job's monitoring endpoints (docs/monitor.md): GET /metrics (Prometheus text) and
   // GET /status (JSON) over HTTP on metrics_address:metrics_port, served on a thread of
   // their own while the loader (its Cluster) lives. -1: not served; 0: a free port
@@ -132,14 +155,19 @@ struct LoaderOptions {
   // SHARDYARD_METRICS_ADDRESS), which a launcher sets for the processes it starts; leaves
   // them alone when unset. A value that is not a port is an error.
   Status monitor_from_env();
-  // Sets rank and world_size from torchrun (RANK, WORLD_SIZE), Open MPI
-  // (OMPI_COMM_WORLD_RANK/SIZE), MPICH/Intel MPI (PMI_RANK, PMI_SIZE) or SLURM (SLURM_PROCID,
-  // SLURM_NTASKS), first found wins; leaves them alone when none is set.
+  // Sets rank, world_size and the coordinator's whereabouts from the launcher's variables
+  // (actors/state/placement.h): SHARDYARD_*, torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+  // MASTER_ADDR, MASTER_PORT, ...), Open MPI (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE),
+  // SLURM (SLURM_PROCID, SLURM_NTASKS, ...), first found wins; leaves them alone when none
+  // is set. Set explicit values after calling it: they win.
   Status topology_from_env();
   Status validate() const;
 };
 
 class Cluster;
+namespace actors {
+struct RestoreRequest;
+}  // namespace actors
 
 // Where a restored job resumes (Loader::restore).
 struct ResumePoint {
@@ -177,6 +205,16 @@ class Loader {
   // same ranks and batch size the batches are bit-identical to an uninterrupted run.
   Result<ResumePoint> restore(const std::string& dir);
 
+  // For trainers that keep the loader's state inside their own checkpoints (as PyTorch's
+  // distributed checkpoint keeps a state dict): state() is save() without a directory. Every
+  // rank calls it after the same steps, and each gets the whole job's cut as bytes, the same
+  // on every rank (a few dozen bytes per logical shard, plus declared stage state); nothing
+  // is written. load_state() takes such bytes (any rank's copy) where restore() takes a
+  // directory, before the first start_epoch(), with the same guarantees: every rank of the
+  // new job must load the same cut, and it may have another number of ranks and workers.
+  Result<std::string> state();
+  Result<ResumePoint> load_state(const std::string& bytes);
+
   uint32_t rank() const { return rank_; }
   uint64_t steps_per_epoch() const;  // valid after start_epoch()
   const Manifest& manifest() const;
@@ -188,6 +226,12 @@ class Loader {
   struct Restored;
   Loader(std::shared_ptr<Cluster> cluster, uint32_t rank);
   void stop_epoch();
+  // Records an error this rank met (its leave reports it) and returns it, or the reason
+  // the job stopped when it did.
+  Status failed(Status st);
+  // save() into `dir`, or state() when `dir` is empty: the cut's bytes then.
+  Result<std::string> save_cut(const std::string& dir);
+  Result<ResumePoint> restore_from(const actors::RestoreRequest& request);
 
   std::shared_ptr<Cluster> cluster_;
   uint32_t rank_;

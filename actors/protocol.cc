@@ -32,6 +32,14 @@ void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<ResumeOffer>("shardyard::ResumeOffer");
   cfg.add_message_type<ResumeGrant>("shardyard::ResumeGrant");
   cfg.add_message_type<ResumeAck>("shardyard::ResumeAck");
+  cfg.add_message_type<Hello>("shardyard::Hello");
+  cfg.add_message_type<Challenge>("shardyard::Challenge");
+  cfg.add_message_type<Proof>("shardyard::Proof");
+  cfg.add_message_type<Admitted>("shardyard::Admitted");
+  cfg.add_message_type<JobAborted>("shardyard::JobAborted");
+  cfg.add_message_type<RankLeave>("shardyard::RankLeave");
+  cfg.add_message_type<LeaveAck>("shardyard::LeaveAck");
+  cfg.add_message_type<AwaitLeaves>("shardyard::AwaitLeaves");
   cfg.add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
   cfg.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
   cfg.add_message_type<std::vector<std::string>>("std::vector<std::string>");

@@ -12,106 +12,120 @@
 
 namespace shardyard::actors {
 
+// The last element of every message's inspect(): a message that arrives from another process
+// is built by CAF's deserializer on its network thread, which writes the fields after the
+// message's MailboxOrder was made; the token releases again once they are all in, so the
+// handler's acquire orders them for ThreadSanitizer too (a no-op without it).
+template <class Message>
+auto loaded(Message& x) {
+  return caf::meta::load_callback([&x]() -> caf::error {
+    x.order.loaded();
+    return caf::none;
+  });
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JobInfo& x) {
   return f(caf::meta::type_name("JobInfo"), x.fingerprint, x.num_items, x.logical_shards,
            x.chunk_items, x.seed, x.shuffle, x.drop_last, x.distributed_strategy, x.worker_strategy,
-           x.world_size, x.workers, x.batch_size, x.exact_order);
+           x.world_size, x.workers, x.batch_size, x.exact_order, x.pipeline, x.dispatch, x.windows,
+           loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
   return f(caf::meta::type_name("JoinRequest"), x.protocol_version, x.rank, x.workers,
-           x.fingerprint);
+           x.fingerprint, x.job, x.restart_count, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochKeyRequest& x) {
-  return f(caf::meta::type_name("EpochKeyRequest"), x.epoch);
+  return f(caf::meta::type_name("EpochKeyRequest"), x.epoch, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochKey& x) {
-  return f(caf::meta::type_name("EpochKey"), x.epoch, x.key);
+  return f(caf::meta::type_name("EpochKey"), x.epoch, x.key, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochStart& x) {
-  return f(caf::meta::type_name("EpochStart"), x.rank, x.epoch, x.channels, x.route);
+  return f(caf::meta::type_name("EpochStart"), x.rank, x.epoch, x.channels, x.route, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpochTicket& x) {
   return f(caf::meta::type_name("EpochTicket"), x.epoch, x.steps, x.items, x.shards, x.take,
-           x.consumed, x.worker_of, x.first_step, x.layout_step0, x.layout_offset, x.layout_items);
+           x.consumed, x.worker_of, x.first_step, x.layout_step0, x.layout_offset, x.layout_items,
+           loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkUnit& x) {
   return f(caf::meta::type_name("WorkUnit"), x.rank, x.worker, x.epoch, x.epoch_key, x.shards,
-           x.take, x.consumed, x.channel, x.stage_states, x.rescaled, x.route);
+           x.take, x.consumed, x.channel, x.stage_states, x.rescaled, x.route, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UnitAccepted& x) {
-  return f(caf::meta::type_name("UnitAccepted"), x.rank, x.worker, x.epoch);
+  return f(caf::meta::type_name("UnitAccepted"), x.rank, x.worker, x.epoch, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerDone& x) {
   return f(caf::meta::type_name("WorkerDone"), x.rank, x.worker, x.epoch, x.items, x.bytes, x.ok,
-           x.error);
+           x.error, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankEpochDone& x) {
-  return f(caf::meta::type_name("RankEpochDone"), x.rank, x.epoch, x.steps, x.items);
+  return f(caf::meta::type_name("RankEpochDone"), x.rank, x.epoch, x.steps, x.items, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
-  return f(caf::meta::type_name("StepReport"), x.rank, x.epoch, x.step, x.items);
+  return f(caf::meta::type_name("StepReport"), x.rank, x.epoch, x.step, x.items, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SaveRequest& x) {
   return f(caf::meta::type_name("SaveRequest"), x.dir, x.epoch, x.step, x.steps, x.layout_step0,
            x.epoch_complete, x.shards, x.take, x.consumed, x.layout_offset, x.layout_items,
-           x.worker_states, x.dispatcher_state, x.loader_state);
+           x.worker_states, x.dispatcher_state, x.loader_state, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SaveDone& x) {
-  return f(caf::meta::type_name("SaveDone"), x.generation, x.bytes);
+  return f(caf::meta::type_name("SaveDone"), x.generation, x.bytes, x.state, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointBegin& x) {
   return f(caf::meta::type_name("CheckpointBegin"), x.rank, x.dir, x.epoch, x.step,
-           x.proposed_generation);
+           x.proposed_generation, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointGeneration& x) {
-  return f(caf::meta::type_name("CheckpointGeneration"), x.generation);
+  return f(caf::meta::type_name("CheckpointGeneration"), x.generation, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankSaved& x) {
   return f(caf::meta::type_name("RankSaved"), x.rank, x.dir, x.generation, x.epoch, x.step, x.steps,
-           x.layout_step0, x.epoch_complete, x.file, x.size, x.checksum);
+           x.layout_step0, x.epoch_complete, x.file, x.size, x.checksum, x.bytes, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointCommitted& x) {
-  return f(caf::meta::type_name("CheckpointCommitted"), x.generation);
+  return f(caf::meta::type_name("CheckpointCommitted"), x.generation, x.state, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankSaveFailed& x) {
-  return f(caf::meta::type_name("RankSaveFailed"), x.rank, x.dir, x.generation, x.error);
+  return f(caf::meta::type_name("RankSaveFailed"), x.rank, x.dir, x.generation, x.error, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CommitOutcome& x) {
-  return f(caf::meta::type_name("CommitOutcome"), x.generation, x.ok, x.error);
+  return f(caf::meta::type_name("CommitOutcome"), x.generation, x.ok, x.error, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RestoreRequest& x) {
-  return f(caf::meta::type_name("RestoreRequest"), x.dir);
+  return f(caf::meta::type_name("RestoreRequest"), x.dir, x.state, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeOffer& x) {
-  return f(caf::meta::type_name("ResumeOffer"), x.rank, x.dir, x.manifest, x.rank_files);
+  return f(caf::meta::type_name("ResumeOffer"), x.rank, x.dir, x.manifest, x.rank_files, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeGrant& x) {
   return f(caf::meta::type_name("ResumeGrant"), x.epoch, x.partial, x.step, x.take, x.consumed,
            x.saved_ranks, x.saved_batch_size, x.steps, x.layout_step0, x.layout_offset,
            x.layout_items, x.worker_states, x.dispatcher_states, x.loader_states, x.ranks_changed,
-           x.rescaled, x.generation);
+           x.rescaled, x.generation, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ResumeAck&) {
@@ -125,15 +139,48 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorSnapshot& x) {
   return f(caf::meta::type_name("ActorSnapshot"), x.role, x.rank, x.worker, x.state, x.epoch,
            x.items, x.bytes, x.steps, x.detail, x.node, x.pid, x.items_per_s, x.queue_depth,
-           x.queue_capacity, x.input_wait_s, x.output_wait_s, x.uptime_s);
+           x.queue_capacity, x.input_wait_s, x.output_wait_s, x.uptime_s, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShutdownRequest& x) {
-  return f(caf::meta::type_name("ShutdownRequest"), x.reason);
+  return f(caf::meta::type_name("ShutdownRequest"), x.reason, loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShutdownAck& x) {
-  return f(caf::meta::type_name("ShutdownAck"), x.role, x.rank, x.worker);
+  return f(caf::meta::type_name("ShutdownAck"), x.role, x.rank, x.worker, loaded(x));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Hello& x) {
+  return f(caf::meta::type_name("Hello"), x.protocol_version, x.rank, x.client_nonce, loaded(x));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Challenge& x) {
+  return f(caf::meta::type_name("Challenge"), x.server_nonce, x.node, loaded(x));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Proof& x) {
+  return f(caf::meta::type_name("Proof"), x.rank, x.proof, loaded(x));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Admitted& x) {
+  return f(caf::meta::type_name("Admitted"), x.proof, loaded(x));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobAborted& x) {
+  return f(caf::meta::type_name("JobAborted"), x.reason, loaded(x));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankLeave& x) {
+  return f(caf::meta::type_name("RankLeave"), x.rank, x.ok, x.error, loaded(x));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LeaveAck&) {
+  return f(caf::meta::type_name("LeaveAck"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AwaitLeaves&) {
+  return f(caf::meta::type_name("AwaitLeaves"));
 }
 
 // Registers every message type above (and the vectors they use) with CAF.

@@ -40,130 +40,7 @@ Status request_failed(const caf::error& err, const std::string& actor, const cha
   return from_error(err);
 }
 
-// ---- coordinator -------------------------------------------------------------------------
-
 namespace {
-
-struct CoordinatorActorState {
-  std::unique_ptr<CoordinatorState> core;
-  // Ranks of the pending cut waiting for its commit, with the generation they saved.
-  std::vector<std::pair<uint64_t, caf::typed_response_promise<CheckpointCommitted>>> waiting;
-  static inline const char* name = "shardyard.coordinator";
-};
-
-// The coordinator's committer: writes CHECKPOINT on its own thread and reports back. (The
-// arguments come through spawn, not a capture: CAF 0.17 dereferences a null argument tuple
-// for argument-less function actors.)
-void commit_fn(caf::blocking_actor* self, coordinator_actor coordinator, FileSystem* fs,
-               std::string dir, CheckpointManifest manifest) {
-  Status st = io::commit_checkpoint(*fs, dir, manifest);
-  self->send(coordinator, CommitOutcome{manifest.generation, st.is_ok(),
-                                        st.is_ok() ? std::string() : st.to_string()});
-}
-
-coordinator_actor::behavior_type coordinator_fn(
-    coordinator_actor::stateful_pointer<CoordinatorActorState> self, JobInfo job, FileSystem* fs,
-    Clock* clock) {
-  const ActorTurn turn;
-  self->state.core = std::make_unique<CoordinatorState>(std::move(job));
-  return {
-      [=](const JoinRequest& req) -> caf::result<JobInfo> {
-        const ActorTurn turn(req);
-        auto r = self->state.core->join(req);
-        if (!r.is_ok()) return to_error(r.status());
-        return r.value();
-      },
-      [=](const EpochKeyRequest& req) -> EpochKey {
-        const ActorTurn turn(req);
-        return self->state.core->epoch_key(req.epoch);
-      },
-      [=](const RankEpochDone& done) {
-        const ActorTurn turn(done);
-        self->state.core->rank_done(done);
-      },
-      [=](const CheckpointBegin& begin) -> caf::result<CheckpointGeneration> {
-        const ActorTurn turn(begin);
-        auto g = self->state.core->begin_save(begin);
-        if (!g.is_ok()) return to_error(g.status());
-        // Ranks still waiting on an abandoned cut learn that it will never commit.
-        auto& waiting = self->state.waiting;
-        for (auto it = waiting.begin(); it != waiting.end();) {
-          if (it->first == *g) {
-            ++it;
-            continue;
-          }
-          it->second.deliver(
-              to_error(cancelled("the checkpoint of generation " + std::to_string(it->first) +
-                                 " was abandoned for a newer cut")));
-          it = waiting.erase(it);
-        }
-        return CheckpointGeneration{*g};
-      },
-      [=](const RankSaved& saved) -> caf::typed_response_promise<CheckpointCommitted> {
-        const ActorTurn turn(saved);
-        auto rp = self->make_response_promise<CheckpointCommitted>();
-        auto m = self->state.core->rank_saved(saved, clock->unix_ms());
-        if (!m.is_ok()) {
-          rp.deliver(to_error(m.status()));
-          return rp;
-        }
-        self->state.waiting.emplace_back(saved.generation, rp);
-        if (m->has_value()) {
-          // Every rank's file is durable: write CHECKPOINT off the coordinator's thread.
-          self->spawn<caf::detached>(commit_fn, coordinator_actor{self}, fs, saved.dir,
-                                     std::move(**m));
-        }
-        return rp;
-      },
-      [=](const RankSaveFailed& failed) {
-        const ActorTurn turn(failed);
-        Status error = self->state.core->save_failed(failed);
-        if (error.is_ok()) return;  // not the pending cut
-        // Every rank waiting for this cut's commit learns now, not at its timeout.
-        auto& waiting = self->state.waiting;
-        for (auto it = waiting.begin(); it != waiting.end();) {
-          if (it->first != failed.generation) {
-            ++it;
-            continue;
-          }
-          it->second.deliver(to_error(error));
-          it = waiting.erase(it);
-        }
-      },
-      [=](const CommitOutcome& outcome) {
-        const ActorTurn turn(outcome);
-        self->state.core->save_finished();
-        auto& waiting = self->state.waiting;
-        for (auto& [gen, rp] : waiting) {
-          if (outcome.ok && gen == outcome.generation) {
-            rp.deliver(CheckpointCommitted{gen});
-          } else {
-            rp.deliver(to_error(io_error("checkpoint generation " + std::to_string(gen) +
-                                         " was not committed: " + outcome.error)));
-          }
-        }
-        waiting.clear();
-      },
-      [=](const ResumeOffer& offer) -> caf::result<ResumeGrant> {
-        const ActorTurn turn(offer);
-        auto g = self->state.core->resume(offer);
-        if (!g.is_ok()) return to_error(g.status());
-        return std::move(g).value();
-      },
-      [=](const SnapshotRequest& msg) -> ActorSnapshot {
-        const ActorTurn turn(msg);
-        return self->state.core->snapshot();
-      },
-      [=](const ShutdownRequest& msg) -> ShutdownAck {
-        const ActorTurn turn(msg);
-        for (auto& [gen, rp] : self->state.waiting)
-          rp.deliver(to_error(cancelled("the coordinator shut down during a checkpoint")));
-        self->state.waiting.clear();
-        self->quit();
-        return ShutdownAck{"coordinator", 0, 0};
-      },
-  };
-}
 
 // ---- worker ------------------------------------------------------------------------------
 
@@ -286,6 +163,10 @@ struct DispatcherActorState {
   // worker that stops while it runs one fails that unit.
   std::vector<std::optional<uint32_t>> running;
   loader_actor loader;
+  // Epoch starts waiting for the coordinator's key: a request to a coordinator whose
+  // process died is never answered, so its loss answers them.
+  std::vector<std::pair<uint64_t, caf::typed_response_promise<EpochTicket>>> starting;
+  uint64_t next_start = 0;
   std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
   static inline const char* name = "shardyard.dispatcher";
   // Shows the core's state (units out, done, failed) to the monitor.
@@ -326,6 +207,9 @@ dispatcher_actor::behavior_type dispatcher_fn(
     unit_done(WorkerDone{unit.rank, unit.worker, unit.epoch, 0, 0, false, why.to_string()});
   };
   for (auto& w : self->state.workers) self->monitor(w);
+  // Epoch starts wait for the coordinator's key: a request to a coordinator whose process
+  // died is never answered, so its loss answers them.
+  self->monitor(self->state.coordinator);
   self->set_down_handler([=](caf::down_msg& down) {
     const ActorTurn down_turn;
     auto& st = self->state;
@@ -337,15 +221,35 @@ dispatcher_actor::behavior_type dispatcher_fn(
                                " stopped while it ran its unit of epoch " + std::to_string(epoch) +
                                ": " + caf::to_string(down.reason)});
     }
+    if (down.source == st.coordinator.address()) {
+      for (auto& [token, rp] : st.starting)
+        rp.deliver(
+            to_error(unavailable("rank " + std::to_string(rank) + " lost the job's coordinator (" +
+                                 self->system().render(down.reason) + ")")));
+      st.starting.clear();
+    }
   });
   return {
       [=](const EpochStart& start) -> caf::typed_response_promise<EpochTicket> {
         const ActorTurn turn(start);
         auto rp = self->make_response_promise<EpochTicket>();
+        const uint64_t token = ++self->state.next_start;
+        self->state.starting.emplace_back(token, rp);
+        // True for the first of the key's answer and the coordinator's loss, which answers.
+        auto settled = [=]() {
+          auto& v = self->state.starting;
+          for (auto it = v.begin(); it != v.end(); ++it)
+            if (it->first == token) {
+              v.erase(it);
+              return true;
+            }
+          return false;
+        };
         self->request(self->state.coordinator, kReplyTimeout, EpochKeyRequest{start.epoch})
             .then(
                 [=](const EpochKey& key) mutable {
                   const ActorTurn turn(key);
+                  if (!settled()) return;
                   auto a = self->state.core->start_epoch(start, key);
                   self->state.publish();
                   if (!a.is_ok()) {
@@ -373,8 +277,9 @@ dispatcher_actor::behavior_type dispatcher_fn(
                 },
                 [=](const caf::error& err) mutable {
                   const ActorTurn turn;
-                  rp.deliver(to_error(
-                      request_failed(err, "the coordinator", "EpochKeyRequest", kReplyTimeout)));
+                  if (settled())
+                    rp.deliver(to_error(
+                        request_failed(err, "the coordinator", "EpochKeyRequest", kReplyTimeout)));
                 });
         return rp;
       },
@@ -410,19 +315,16 @@ dispatcher_actor::behavior_type dispatcher_fn(
 struct LoaderActorState {
   uint32_t rank = 0;
   coordinator_actor coordinator;
+  std::function<void(Status)> on_abort;
   StepReport cursor;
   uint64_t produced = 0, bytes = 0;
   uint32_t failures = 0;
   std::string state = "idle";
+  bool aborted = false;
   static inline const char* name = "shardyard.loader";
 };
 
 }  // namespace
-
-coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job, FileSystem& fs,
-                                    Clock& clock) {
-  return sys.spawn(coordinator_fn, std::move(job), &fs, &clock);
-}
 
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
                           uint32_t worker) {
@@ -437,12 +339,53 @@ dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const 
 }
 
 namespace {
+void abort_rank(loader_actor::stateful_pointer<LoaderActorState> self, Status why) {
+  auto& st = self->state;
+  if (st.aborted) return;
+  st.aborted = true;
+  st.state = "failed";
+  if (st.on_abort) st.on_abort(std::move(why));
+}
+
 loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActorState> self,
-                                      uint32_t rank, coordinator_actor coordinator) {
+                                      uint32_t rank, coordinator_actor coordinator,
+                                      LoaderActorOptions options) {
   const ActorTurn turn;
   self->state.rank = rank;
   self->state.coordinator = coordinator;
+  self->state.on_abort = options.on_abort;
+  // The coordinator is this rank's lifeline: when it goes (its process died, its connection
+  // broke, or it stopped answering heartbeats), the rank cannot go on.
+  self->monitor(coordinator);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    const ActorTurn turn;
+    if (dm.source != self->state.coordinator.address()) return;
+    abort_rank(self, unavailable("rank " + std::to_string(rank) + " lost the job's coordinator (" +
+                                 self->system().render(dm.reason) + ")"));
+  });
   return {
+      // The owner's join goes through this actor, so that the coordinator monitors it.
+      [=](const JoinRequest& req) -> caf::typed_response_promise<JobInfo> {
+        const ActorTurn turn(req);
+        auto rp = self->make_response_promise<JobInfo>();
+        const std::chrono::milliseconds timeout(options.join_timeout_ms);
+        self->request(self->state.coordinator, timeout, req)
+            .then(
+                [=](const JobInfo& job) mutable {
+                  const ActorTurn turn(job);
+                  rp.deliver(job);
+                },
+                [=](caf::error& err) mutable {
+                  const ActorTurn turn;
+                  rp.deliver(to_error(
+                      request_failed(err, "the job's coordinator", "JoinRequest", timeout)));
+                });
+        return rp;
+      },
+      [=](const JobAborted& aborted) {
+        const ActorTurn turn(aborted);
+        abort_rank(self, unavailable("the job stopped: " + aborted.reason));
+      },
       [=](const StepReport& r) {
         const ActorTurn turn(r);
         self->state.state = "running";
@@ -476,7 +419,9 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
       },
       [=](const ShutdownRequest& msg) -> ShutdownAck {
         const ActorTurn turn(msg);
+        self->demonitor(self->state.coordinator.address());
         self->state.coordinator = nullptr;
+        self->state.on_abort = nullptr;
         self->quit();
         return ShutdownAck{"loader", rank, 0};
       },
@@ -485,8 +430,8 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
 }  // namespace
 
 loader_actor spawn_loader_actor(caf::actor_system& sys, uint32_t rank,
-                                coordinator_actor coordinator) {
-  return sys.spawn(loader_fn, rank, std::move(coordinator));
+                                coordinator_actor coordinator, LoaderActorOptions options) {
+  return sys.spawn(loader_fn, rank, std::move(coordinator), std::move(options));
 }
 
 }  // namespace shardyard::actors

@@ -13,21 +13,27 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "actors/protocol.h"
+#include "actors/state/coordinator_state.h"
 #include "actors/state/job.h"
 
 namespace shardyard::actors {
+
+// The coordinator's timer of the join barrier (its deadline passed).
+using join_deadline_atom = caf::atom_constant<caf::atom("sy_joindl")>;
 
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<JoinRequest>::with<JobInfo>, caf::replies_to<EpochKeyRequest>::with<EpochKey>,
     caf::reacts_to<RankEpochDone>, caf::replies_to<CheckpointBegin>::with<CheckpointGeneration>,
     caf::replies_to<RankSaved>::with<CheckpointCommitted>, caf::reacts_to<RankSaveFailed>,
     caf::reacts_to<CommitOutcome>, caf::replies_to<ResumeOffer>::with<ResumeGrant>,
-    caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+    caf::replies_to<RankLeave>::with<LeaveAck>, caf::replies_to<AwaitLeaves>::with<LeaveAck>,
+    caf::reacts_to<join_deadline_atom>, caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
     caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
 using worker_actor = caf::typed_actor<caf::replies_to<WorkUnit>::with<UnitAccepted>,
@@ -40,8 +46,12 @@ using dispatcher_actor =
                      caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
                      caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
-using loader_actor = caf::typed_actor<caf::reacts_to<StepReport>, caf::reacts_to<RankEpochDone>,
-                                      caf::reacts_to<WorkerDone>,
+// A rank's loader actor is the rank's member of the job: it joins the coordinator (the
+// owner's JoinRequest goes through it, so the coordinator monitors it), keeps the cursor,
+// and hears when the job stops (JobAborted, or the coordinator going away).
+using loader_actor = caf::typed_actor<caf::replies_to<JoinRequest>::with<JobInfo>,
+                                      caf::reacts_to<JobAborted>, caf::reacts_to<StepReport>,
+                                      caf::reacts_to<RankEpochDone>, caf::reacts_to<WorkerDone>,
                                       caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
                                       caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
@@ -75,17 +85,33 @@ Status request_failed(const caf::error& err, const std::string& actor, const cha
 // Spawn order: coordinator, loader actor, workers, dispatcher (which reports progress to
 // the loader actor), checkpoint actor. The trainer-side Loader sends EpochStart to the dispatcher
 // itself.
-// The coordinator commits checkpoints through `fs` and dates them by `clock` (the job's
-// Env's; both must outlive it).
-coordinator_actor spawn_coordinator(caf::actor_system& sys, JobInfo job, FileSystem& fs,
-                                    Clock& clock);
+struct CoordinatorOptions {
+  // How long after the first rank joined the others may take (then the job stops, naming
+  // the ranks that did not come).
+  uint32_t join_timeout_ms = 300000;
+  // Where the coordinator says what happens to the job (a rank lost, the job stopping);
+  // null: nowhere (an in-process job reports through its ranks' errors).
+  std::function<void(const std::string&)> log;
+  // The coordinator commits checkpoints through `fs` and dates them by `clock` (the job's
+  // Env's; both must outlive it).
+  FileSystem* fs = nullptr;
+  Clock* clock = nullptr;
+};
+coordinator_actor spawn_coordinator(caf::actor_system& sys, CoordinatorState core,
+                                    CoordinatorOptions options);
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
                           uint32_t worker);
 dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const JobData> job,
                                   uint32_t rank, coordinator_actor coordinator,
                                   std::vector<worker_actor> workers, loader_actor loader);
+struct LoaderActorOptions {
+  // Called (on the actor's thread) once, with the reason, when the job stops under this
+  // rank: JobAborted from the coordinator, or the coordinator gone.
+  std::function<void(Status)> on_abort;
+  uint32_t join_timeout_ms = 300000;  // how long the join waits for the whole world
+};
 loader_actor spawn_loader_actor(caf::actor_system& sys, uint32_t rank,
-                                coordinator_actor coordinator);
+                                coordinator_actor coordinator, LoaderActorOptions options);
 checkpoint_actor spawn_checkpoint_actor(caf::actor_system& sys, std::shared_ptr<const JobData> job,
                                         uint32_t rank, coordinator_actor coordinator,
                                         dispatcher_actor dispatcher);

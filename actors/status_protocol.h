@@ -11,6 +11,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/protocol.h"
 #include "actors/state/job_status.h"
 
 namespace shardyard {
@@ -46,7 +47,7 @@ typename Inspector::result_type inspect(Inspector& f, RankReportRequest&) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankReport& x) {
-  return f(caf::meta::type_name("RankReport"), x.ranks, x.metrics);
+  return f(caf::meta::type_name("RankReport"), x.ranks, x.metrics, loaded(x));
 }
 
 void register_status_protocol(caf::actor_system_config& cfg);

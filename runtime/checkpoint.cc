@@ -296,6 +296,33 @@ Result<std::vector<std::string>> decode_stage_states(std::string_view bytes) {
   return out;
 }
 
+namespace {
+constexpr char kStateMagic[8] = {'S', 'Y', 'C', 'K', 'S', 'T', 'A', 'T'};
+constexpr uint32_t kStateFormatVersion = 1;
+}  // namespace
+
+std::string encode_checkpoint_state(const CheckpointState& state) {
+  ByteWriter w;
+  w.str(state.manifest);
+  w.u32(static_cast<uint32_t>(state.rank_files.size()));
+  for (const auto& f : state.rank_files) w.str(f);
+  return seal(kStateMagic, kStateFormatVersion, w.out);
+}
+
+Result<CheckpointState> decode_checkpoint_state(std::string_view bytes) {
+  SY_ASSIGN_OR_RETURN(auto env, open_envelope(bytes, kStateMagic, kStateFormatVersion,
+                                              "loader state", "the loader state"));
+  ByteReader r(env.body);
+  CheckpointState state;
+  state.manifest = r.str();
+  const uint64_t n = r.u32();
+  if (n > r.left() / kMinStrBytes) return corrupt("the loader state is malformed");
+  state.rank_files.resize(n);
+  for (auto& f : state.rank_files) f = r.str();
+  if (!r.done()) return corrupt("the loader state is malformed");
+  return state;
+}
+
 uint64_t file_checksum(std::string_view bytes) {
   Hasher h;
   h.add(bytes);

@@ -135,6 +135,17 @@ Result<Checkpoint> decode_checkpoint(std::string_view manifest,
                                      const std::vector<std::string>& rank_files,
                                      const std::string& dir);
 
+// A whole cut as one byte string, for trainers that keep the loader's state in their own
+// checkpoints (Loader::state(), Loader::load_state()): the CHECKPOINT bytes and every rank
+// file's bytes, in an envelope of its own (magic "SYCKSTAT", docs/checkpoint-format.md).
+struct CheckpointState {
+  std::string manifest;                 // the bytes CHECKPOINT would hold
+  std::vector<std::string> rank_files;  // by rank
+};
+std::string encode_checkpoint_state(const CheckpointState& state);
+// Checks the envelope and the layout only; decode_checkpoint() checks the contents.
+Result<CheckpointState> decode_checkpoint_state(std::string_view bytes);
+
 // A worker's stage states: one entry per stateful stage of the pipeline, in order.
 std::string encode_stage_states(const std::vector<std::string>& states);
 Result<std::vector<std::string>> decode_stage_states(std::string_view bytes);

@@ -1,6 +1,7 @@
 #include "runtime/pipeline.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -218,6 +219,126 @@ Result<std::vector<std::unique_ptr<Stage>>> build_stages(const Spec& spec, size_
     out.push_back(std::move(stage));
   }
   return out;
+}
+
+namespace {
+
+bool plain_spec_char(unsigned char c) {
+  return std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ',' || c == '+' || c == '@';
+}
+
+std::string spec_escape(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (plain_spec_char(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+Result<std::string> spec_unescape(const std::string& s, const std::string& token) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      if (!plain_spec_char(static_cast<unsigned char>(s[i])))
+        return invalid_argument("pipeline spec token '" + token + "': byte '" + s[i] +
+                                "' must be written %XX");
+      out += s[i];
+      continue;
+    }
+    int hi = i + 2 < s.size() ? nibble(s[i + 1]) : -1;
+    int lo = i + 2 < s.size() ? nibble(s[i + 2]) : -1;
+    if (hi < 0 || lo < 0)
+      return invalid_argument("pipeline spec token '" + token + "': bad %XX escape");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string spec_to_string(const Spec& spec) {
+  std::string out;
+  const auto& stages = spec.stages();
+  for (size_t i = 0; i <= stages.size(); ++i) {
+    if (spec.has_merge() && spec.merge_at() == i) out += out.empty() ? "merge" : " merge";
+    if (i == stages.size()) break;
+    const auto& s = stages[i];
+    if (!out.empty()) out += ' ';
+    out += s.replicable ? "map/" : "once/";
+    out += spec_escape(s.type);
+    char sep = ':';
+    for (const auto& [k, v] : s.params) {
+      out += sep;
+      out += spec_escape(k) + "=" + spec_escape(v);
+      sep = ';';
+    }
+  }
+  return out;
+}
+
+Result<Spec> spec_from_string(const std::string& text) {
+  Spec spec;
+  size_t pos = 0;
+  bool merged = false;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string token = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (token.empty()) return invalid_argument("pipeline spec '" + text + "': empty stage");
+    if (token == "merge") {
+      if (merged) return invalid_argument("pipeline spec '" + text + "': two merge points");
+      spec.merge();
+      merged = true;
+      continue;
+    }
+    bool once = token.rfind("once/", 0) == 0;
+    if (!once && token.rfind("map/", 0) != 0)
+      return invalid_argument("pipeline spec token '" + token +
+                              "' is neither map/TYPE, once/TYPE nor merge");
+    std::string body = token.substr(once ? 5 : 4);
+    auto colon = body.find(':');
+    SY_ASSIGN_OR_RETURN(std::string type, spec_unescape(body.substr(0, colon), token));
+    if (type.empty()) return invalid_argument("pipeline spec token '" + token + "': no type");
+    StageParams params;
+    if (colon != std::string::npos) {
+      std::string rest = body.substr(colon + 1);
+      size_t p = 0;
+      while (p <= rest.size()) {
+        size_t semi = rest.find(';', p);
+        if (semi == std::string::npos) semi = rest.size();
+        std::string kv = rest.substr(p, semi - p);
+        auto eq = kv.find('=');
+        if (eq == std::string::npos)
+          return invalid_argument("pipeline spec token '" + token + "': '" + kv +
+                                  "' is not key=value");
+        SY_ASSIGN_OR_RETURN(std::string key, spec_unescape(kv.substr(0, eq), token));
+        SY_ASSIGN_OR_RETURN(std::string value, spec_unescape(kv.substr(eq + 1), token));
+        params[key] = value;
+        p = semi + 1;
+      }
+    }
+    if (once) {
+      spec.once(type, std::move(params));
+    } else {
+      spec.map(type, std::move(params));
+    }
+  }
+  return spec;
 }
 
 }  // namespace shardyard

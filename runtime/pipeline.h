@@ -120,6 +120,15 @@ class Spec {
   size_t merge_at_ = 0;  // 1 + index of the first post stage; 0 = no merge point
 };
 
+// A Spec as one line of text, the same for equal specs, so that processes compare and pass
+// pipelines as data: stages in order separated by spaces, each `map/TYPE` or `once/TYPE`
+// with parameters as `:key=value;key=value` (sorted by key), and the merge point as
+// `merge`: "once/dedupe map/crop:size=224 merge once/stats". Bytes other than letters,
+// digits and -_.,+@ are written %XX.
+std::string spec_to_string(const Spec& spec);
+// The inverse; an error names the token it cannot read.
+Result<Spec> spec_from_string(const std::string& text);
+
 using StageFactory = std::function<Result<std::unique_ptr<Stage>>(const StageParams&)>;
 // A map stage from a plain function.
 using MapFn = std::function<Status(Item&, StageContext&)>;

@@ -99,4 +99,13 @@ std::string_view uri_base_name(std::string_view uri) {
   return slash == std::string_view::npos ? uri : uri.substr(slash + 1);
 }
 
+std::string describe_window_spec(const WindowSpec& spec) {
+  if (!spec.enabled()) return {};
+  std::string out = std::to_string(spec.length) + ":" + std::to_string(spec.stride);
+  if (spec.target > 0) out += ":" + std::to_string(spec.target);
+  out += " over " + std::to_string(spec.record_bytes) + "-byte records";
+  if (spec.stitch) out += ", stitched";
+  return out;
+}
+
 }  // namespace shardyard

@@ -52,6 +52,9 @@ Result<WindowSpec> parse_window_spec(std::string_view text, WindowSpec base = {}
 
 // OK when length, stride and record_bytes are at least 1 and the span fits in 64 bits.
 Status validate_window_spec(const WindowSpec& spec);
+// "LENGTH:STRIDE[:TARGET] over N-byte records[, stitched]", the form --windows takes plus
+// the record size; empty when windows are off.
+std::string describe_window_spec(const WindowSpec& spec);
 
 // How many windows a source of `records` records yields; `next_records` is the record count
 // of the next source (0 when there is none) and counts only with stitch.

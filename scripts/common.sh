@@ -13,6 +13,7 @@ SY_PACKAGES=(
   clang libclang-rt-14-dev llvm
   libdlpack-dev
   libboost-dev prometheus
+  python3-torch openmpi-bin
 )
 
 sy_install_packages() {

@@ -41,7 +41,8 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
     io_route_test actors_protocol_test actors_roles_state_test actors_shard_stream_test \
     actors_stage_runner_test actors_worker_core_test actors_merger_test actors_cluster_test \
     actors_checkpoint_cluster_test actors_dispatch_cluster_test actors_device_loader_test \
-    actors_monitor_test actors_status_board_test" \
+    actors_placement_test actors_agreement_test actors_monitor_test actors_status_board_test \
+    actors_net_test" \
     sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
   # tests/tsan.supp says why each suppression is there (all are inside CAF).
@@ -59,8 +60,9 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
   cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz \
-    window_fuzz transport_fuzz
-  # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus for a bounded time.
+    window_fuzz transport_fuzz net_fuzz net_corpus_writer
+  # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus (a folder of tests/fuzz,
+  # or an absolute path) for a bounded time.
   # Findings go to build-fuzz/artifacts/TARGET/ (never the repository root); a finding
   # fails the run and its file is what to add to the corpus as a regression seed.
   sy_fuzz() {
@@ -68,7 +70,9 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     corpus="$(mktemp -d /tmp/shardyard-fuzz.XXXXXX)"
     artifacts="$SY_ROOT/build-fuzz/artifacts/$1"
     mkdir -p "$artifacts"
-    cp "$SY_ROOT/tests/fuzz/$2"/* "$corpus"/ 2>/dev/null || true
+    local seeds="$SY_ROOT/tests/fuzz/$2"
+    case "$2" in /*) seeds="$2" ;; esac
+    cp "$seeds"/* "$corpus"/ 2>/dev/null || true
     "$SY_ROOT/build-fuzz/tests/fuzz/$1" -max_total_time="$3" -print_final_stats=1 \
       -artifact_prefix="$artifacts/" "$corpus" >"$artifacts.log" 2>&1 || rc=$?
     tail -n 5 "$artifacts.log"
@@ -86,5 +90,9 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   sy_fuzz window_fuzz window_corpus "${SY_FUZZ_WINDOW_SECONDS:-10}"
   echo "== fuzz the shared-memory data plane's decoders (libFuzzer, bounded)"
   sy_fuzz transport_fuzz transport_corpus "${SY_FUZZ_TRANSPORT_SECONDS:-10}"
+  echo "== fuzz what the coordinator decodes from the network (libFuzzer, bounded)"
+  rm -rf "$SY_ROOT/build-fuzz/net_corpus" && mkdir -p "$SY_ROOT/build-fuzz/net_corpus"
+  "$SY_ROOT/build-fuzz/tests/fuzz/net_corpus_writer" "$SY_ROOT/build-fuzz/net_corpus"
+  sy_fuzz net_fuzz "$SY_ROOT/build-fuzz/net_corpus" "${SY_FUZZ_NET_SECONDS:-20}"
 fi
 echo "== all tests passed"

@@ -1,4 +1,5 @@
-// The shardyard command line: run, manifest build/show, checkpoint inspect, monitor.
+// The shardyard command line: run, manifest build/show, checkpoint inspect, coordinator,
+// monitor.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -20,6 +21,7 @@ int run_cli(int argc, char** argv, Env* env) {
   auto run = add_run_command(app, env);
   auto manifest = add_manifest_commands(app);
   auto checkpoint = add_checkpoint_commands(app);
+  auto coordinator = add_coordinator_command(app, env);
   auto monitor = add_monitor_command(app);
   try {
     app.parse(argc, argv);
@@ -31,6 +33,7 @@ int run_cli(int argc, char** argv, Env* env) {
   try {
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("checkpoint")) return checkpoint();
+    if (app.got_subcommand("coordinator")) return coordinator();
     if (app.got_subcommand("monitor")) return monitor();
     return manifest();
   } catch (const std::exception& e) {

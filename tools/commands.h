@@ -15,12 +15,14 @@ namespace shardyard::tools {
 
 using Command = std::function<int()>;
 
-// Parses argv and runs the subcommand; `env` (null: Env::Default()) is what `run` loads with.
+// Parses argv and runs the subcommand; `env` (null: Env::Default()) is what `run` loads with
+// and what `coordinator` commits checkpoints through.
 int run_cli(int argc, char** argv, Env* env);
 
 Command add_run_command(CLI::App& app, Env* env);
 Command add_manifest_commands(CLI::App& app);
 Command add_checkpoint_commands(CLI::App& app);
+Command add_coordinator_command(CLI::App& app, Env* env);
 Command add_monitor_command(CLI::App& app);
 
 // Prints "shardyard: error: <what>" to stderr.

@@ -23,6 +23,7 @@
 #include "io/remote/http_client.h"
 #include "json_text.h"
 #include "run_stop.h"
+#include "runtime/checkpoint.h"
 
 namespace shardyard::tools {
 
@@ -30,7 +31,11 @@ namespace {
 
 struct RunArgs {
   std::vector<std::string> sources;
-  uint32_t ranks = 1, workers = 2, batch_size = 64, epochs = 1;
+  uint32_t ranks = 0, workers = 2, batch_size = 64, epochs = 1;  // ranks 0: not given
+  // One rank of a job of several processes (docs/multi-process.md); each overrides what
+  // the launcher's variables say.
+  std::optional<uint32_t> rank, world_size;
+  std::string coordinator, token_file;
   std::string seed = "0";  // parsed strictly (tools/cli_values.h)
   std::string max_sample_bytes;
   uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2, prefetch_packets = 0;
@@ -93,7 +98,7 @@ double cpu_seconds() {
 }
 
 // Runs one rank's trainer loop; writes its --dump-keys file.
-void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, RunControl& ctl,
+void run_rank(Cluster& cluster, uint32_t rank, uint32_t slot, const RunArgs& args, RunControl& ctl,
               RankResult* out) {
   auto loader = cluster.loader(rank);
   if (!loader.is_ok()) {
@@ -137,7 +142,7 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, RunControl& 
     for (;;) {
       if (ctl.stop) return;
       if (args.stop_after_steps > 0 && steps_this_run == args.stop_after_steps) break;
-      if (!ctl.point.claim(rank)) {
+      if (!ctl.point.claim(slot)) {
         // The stop point of a SIGTERM with --checkpoint-dir: every rank stands here.
         if (saved_at != steps_this_run) out->status = save();
         out->saved_at_stop = out->status.is_ok() && saved_at == steps_this_run;
@@ -149,7 +154,7 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, RunControl& 
         return;
       }
       if (!batch->has_value()) {
-        ctl.point.unclaim(rank);
+        ctl.point.unclaim(slot);
         break;
       }
       ++steps_this_run;
@@ -182,7 +187,28 @@ void run_rank(Cluster& cluster, uint32_t rank, const RunArgs& args, RunControl& 
   out->status = dump.close();
 }
 
-int run(const RunArgs& args, Env* env) {
+// --resume auto (what a restarted job runs: tools/shardyard-launch --max-restarts): the
+// checkpoint committed in --checkpoint-dir when there is one, else nothing (a fresh start).
+// Every rank of a job looks at the same directory before any of them saves again, so all
+// decide alike.
+Result<std::string> auto_resume_dir(const std::string& checkpoint_dir, Env* env) {
+  if (checkpoint_dir.empty())
+    return invalid_argument(
+        "--resume auto needs --checkpoint-dir (where to look for a checkpoint)");
+  FileSystem* fs = (env != nullptr ? env : Env::Default())->file_system();
+  auto found = fs->stat(checkpoint_dir + "/" + kCheckpointManifestName);
+  if (found.is_ok()) {
+    std::fprintf(stderr, "shardyard: --resume auto: resuming from the checkpoint in %s\n",
+                 checkpoint_dir.c_str());
+    return checkpoint_dir;
+  }
+  if (found.status().code() != StatusCode::kNotFound) return found.status();
+  std::fprintf(stderr, "shardyard: --resume auto: no checkpoint in %s yet: starting fresh\n",
+               checkpoint_dir.c_str());
+  return std::string();
+}
+
+int run(RunArgs args, Env* env) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   double cpu0 = cpu_seconds();
@@ -206,7 +232,45 @@ int run(const RunArgs& args, Env* env) {
   LoaderOptions opt;
   opt.env = env;
   opt.sources = args.sources;
-  opt.world_size = args.ranks;
+  // --ranks R: a whole job of R ranks in this process. Without it, one rank of a job that
+  // the launcher's variables (or --rank, --world-size, --coordinator) describe.
+  std::vector<uint32_t> hosted;
+  if (args.ranks > 0) {
+    if (args.rank || args.world_size || !args.coordinator.empty()) {
+      print_error(
+          "--ranks runs a whole job in this process; --rank, --world-size and "
+          "--coordinator make this process one rank of a job of several");
+      return 2;
+    }
+    opt.world_size = args.ranks;
+    for (uint32_t r = 0; r < args.ranks; ++r) hosted.push_back(r);
+  } else {
+    Status st = opt.topology_from_env();
+    if (!st.is_ok()) {
+      print_error(st.message());
+      return 2;
+    }
+    if (args.world_size) opt.world_size = *args.world_size;
+    if (args.rank) opt.rank = *args.rank;
+    if (!args.coordinator.empty()) {
+      opt.coordinator = args.coordinator;
+      opt.rendezvous_file.clear();
+      // Given by hand: rank 0 listens there unless a launcher runs the coordinator.
+      const char* external = std::getenv("SHARDYARD_COORDINATOR_EXTERNAL");
+      opt.host_coordinator = opt.rank == 0 && (external == nullptr || std::string(external) == "0");
+    }
+    if (!args.token_file.empty()) {
+      opt.token_file = args.token_file;
+      opt.token.clear();
+    }
+    if (opt.rank >= opt.world_size) {
+      print_error("rank " + std::to_string(opt.rank) + " is outside a world of " +
+                  std::to_string(opt.world_size));
+      return 2;
+    }
+    hosted.push_back(opt.rank);
+  }
+  const uint32_t here = static_cast<uint32_t>(hosted.size());
   opt.workers = args.workers;
   opt.batch_size = args.batch_size;
   opt.plan.seed = *seed;
@@ -312,17 +376,24 @@ int run(const RunArgs& args, Env* env) {
     print_error("--stop-after-steps needs --checkpoint-dir (where to save before stopping)");
     return 2;
   }
+  if (args.resume_dir == "auto") {
+    auto dir = auto_resume_dir(args.checkpoint_dir, env);
+    if (!dir.is_ok()) {
+      print_error(dir.status().to_string());
+      return dir.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    args.resume_dir = *dir;
+  }
   if (!args.dump_dir.empty()) {
-    Status st = prepare_dump_dir(args.dump_dir, args.ranks);
+    // Files of ranks beyond the world are an earlier run's; the other ranks' are theirs.
+    Status st = prepare_dump_dir(args.dump_dir, opt.world_size);
     if (!st.is_ok()) {
       print_error(st.message());
       return 1;
     }
   }
 
-  std::vector<uint32_t> ranks(args.ranks);
-  for (uint32_t r = 0; r < args.ranks; ++r) ranks[r] = r;
-  auto cluster = Cluster::start(opt, ranks);
+  auto cluster = Cluster::start(opt, hosted);
   if (!cluster.is_ok()) {
     print_error(cluster.status().to_string());
     return 1;
@@ -335,11 +406,13 @@ int run(const RunArgs& args, Env* env) {
   for (const auto& w : report.warnings) print_warning(w);
   auto t_loaded = clock::now();
 
-  RunControl ctl(args.ranks);
+  RunControl ctl(here);
   // SIGINT, and SIGTERM without --checkpoint-dir: stop now; a next() waiting for data gives
   // up. SIGTERM with --checkpoint-dir (a cluster about to preempt the job): every rank stops
   // at one step and saves there, so a resume delivers every sample exactly once.
-  const bool save_on_term = !args.checkpoint_dir.empty();
+  // (Across processes the ranks would each stop at a step of their own; there SIGTERM stops
+  // without a new checkpoint, and the last committed one stays the latest.)
+  const bool save_on_term = !args.checkpoint_dir.empty() && here == opt.world_size;
   Cluster& c = **cluster;
   signals.on_signal([&ctl, &c, save_on_term](int sig) {
     const bool save = sig == SIGTERM && save_on_term;
@@ -376,12 +449,12 @@ int run(const RunArgs& args, Env* env) {
     });
   }
 
-  std::vector<RankResult> results(args.ranks);
+  std::vector<RankResult> results(here);
   std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < args.ranks; ++r)
-    threads.emplace_back([&, r] {
-      run_rank(c, r, args, ctl, &results[r]);
-      if (!results[r].status.is_ok()) ctl.stop = true;
+  for (uint32_t i = 0; i < here; ++i)
+    threads.emplace_back([&, i] {
+      run_rank(c, hosted[i], i, args, ctl, &results[i]);
+      if (!results[i].status.is_ok()) ctl.stop = true;
     });
   for (auto& t : threads) t.join();
   signals.on_signal([](int) {});  // the run is over: a late signal changes nothing
@@ -418,7 +491,11 @@ int run(const RunArgs& args, Env* env) {
   j["mb_per_s"] = seconds > 0 ? total.bytes / seconds / 1e6 : 0.0;
   j["corrupt_skipped"] = (*cluster)->manifest().num_damaged();
   j["members_skipped"] = (*cluster)->manifest().members_skipped();
-  j["ranks"] = args.ranks;
+  j["ranks"] = here;
+  if (args.ranks == 0) {
+    j["rank"] = opt.rank;
+    j["world_size"] = opt.world_size;
+  }
   j["workers"] = args.workers;
   j["batch_size"] = args.batch_size;
   j["logical_shards"] = (*cluster)->logical_shards();
@@ -485,8 +562,17 @@ Command add_run_command(CLI::App& app, Env* env) {
       ->each([args](const std::string&) { args->record_bytes_given = true; });
   cmd->add_flag("--stitch", args->stitch,
                 "complete a source's last windows with the head of the next source");
-  cmd->add_option("--ranks", args->ranks, "ranks run in this process")
+  cmd->add_option("--ranks", args->ranks,
+                  "a whole job of R ranks in this process (without it: one rank of a job "
+                  "the launcher's variables describe, docs/multi-process.md)")
       ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--rank", args->rank, "this process's rank (over RANK and the like)");
+  cmd->add_option("--world-size", args->world_size, "ranks of the job (over WORLD_SIZE)")
+      ->check(CLI::Range(1u, 65536u));
+  cmd->add_option("--coordinator", args->coordinator,
+                  "HOST:PORT of the job's coordinator (rank 0 listens there unless a launcher "
+                  "runs it)");
+  cmd->add_option("--token-file", args->token_file, "file holding the job's secret token");
   cmd->add_option("--workers", args->workers, "data workers per rank")
       ->check(CLI::Range(1u, 1024u));
   cmd->add_option("--batch-size", args->batch_size, "items per batch and rank")
@@ -537,7 +623,8 @@ Command add_run_command(CLI::App& app, Env* env) {
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
                   "also save every N steps into --checkpoint-dir");
   cmd->add_option("--resume", args->resume_dir,
-                  "resume from the checkpoint in DIR (ranks and workers may differ)");
+                  "resume from the checkpoint in DIR (ranks and workers may differ); auto: "
+                  "from --checkpoint-dir when it holds one, else start fresh");
   cmd->add_option("--device", args->device,
                   "deliver batches to a device: cuda:N (a CUDA GPU), or host (a stand-in in "
                   "host memory, for tests)");

@@ -37,6 +37,7 @@ StopSignals::~StopSignals() {
 }
 
 void StopSignals::on_signal(std::function<void(int)> handler) {
+  std::lock_guard<std::mutex> call(call_mu_);  // a handler that runs finishes first
   std::lock_guard<std::mutex> lock(mu_);
   handler_ = std::move(handler);
 }
@@ -54,6 +55,7 @@ void StopSignals::watch() {
       std::_Exit(128 + sig);
     }
     received_ = sig;
+    std::lock_guard<std::mutex> call(call_mu_);
     std::function<void(int)> handler;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -40,7 +40,8 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
   // From now on the first signal calls `handler(signal)` on the watcher thread. When a
-  // signal came already, the handler is called now (on the calling thread).
+  // signal came already, the handler is called now (on the calling thread). Returns once a
+  // handler that was running has finished.
   void on_signal(std::function<void(int)> handler);
   int received() const { return received_; }  // 0, SIGINT or SIGTERM
 
@@ -48,6 +49,9 @@ class StopSignals {
   void watch();
 
   std::mutex mu_;
+  // Held while a handler runs: on_signal() waits for it, so what an old handler refers to
+  // may go away once on_signal() returned.
+  std::mutex call_mu_;
   std::function<void(int)> startup_exit_;
   std::function<void(int)> handler_;  // guarded by mu_
   std::atomic<int> received_{0};

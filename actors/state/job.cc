@@ -19,6 +19,9 @@ JobInfo JobData::info() const {
   j.workers = topology.workers;
   j.batch_size = batch_size;
   j.exact_order = exact_order;
+  j.pipeline = spec_to_string(pipeline);
+  j.dispatch = dispatch_name(dispatch);
+  j.windows = describe_window_spec(manifest->windows);
   return j;
 }
 

@@ -39,6 +39,9 @@ struct MailboxOrder {
     return *this;
   }
   void acquire() const { __tsan_acquire(const_cast<MailboxOrder*>(this)); }
+  // The message's fields were written after the token was made (deserialized from another
+  // process, actors/protocol.h): release again.
+  void loaded() const { release(); }
 
  private:
   void release() const { __tsan_release(const_cast<MailboxOrder*>(this)); }
@@ -46,6 +49,7 @@ struct MailboxOrder {
 #else
 struct MailboxOrder {
   void acquire() const {}
+  void loaded() const {}
 };
 #endif
 

@@ -37,6 +37,9 @@ struct JobInfo {
   uint32_t workers = 1;
   uint32_t batch_size = 1;
   bool exact_order = true;
+  std::string pipeline;  // spec_to_string() of the pipeline spec
+  std::string dispatch;  // dispatch_name() of the resolved dispatch mode
+  std::string windows;   // window_spec_to_string(), empty for tar shards
   MailboxOrder order{};
 };
 
@@ -47,6 +50,8 @@ struct JoinRequest {
   uint32_t rank = 0;
   uint32_t workers = 0;
   uint64_t fingerprint = 0;
+  JobInfo job;                 // the job as this rank built it from its own options and manifest
+  uint32_t restart_count = 0;  // the launcher's restarts (TORCHELASTIC_RESTART_COUNT)
   uint32_t protocol_version = kProtocolVersion;
   MailboxOrder order{};
 };
@@ -174,6 +179,7 @@ struct SaveRequest {
 struct SaveDone {
   uint64_t generation = 0;
   uint64_t bytes = 0;  // size of this rank's file
+  std::string state;   // a save without a directory: the whole cut (Loader::state())
   MailboxOrder order{};
 };
 
@@ -207,10 +213,14 @@ struct RankSaved {
   std::string file;  // name inside dir
   uint64_t size = 0;
   uint64_t checksum = 0;
+  std::string bytes;  // a save without a directory (dir empty): the rank file's bytes
   MailboxOrder order{};
 };
 struct CheckpointCommitted {
   uint64_t generation = 0;
+  // A cut saved without a directory (Loader::state()): the whole cut, every rank's file and
+  // the manifest (encode_checkpoint_state), handed to every rank instead of written.
+  std::string state;
   MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: this rank could not write its file of the cut (a full
@@ -237,6 +247,7 @@ struct CommitOutcome {
 // and offers it to the coordinator; reply ResumeGrant (also forwarded to the dispatcher).
 struct RestoreRequest {
   std::string dir;
+  std::string state;  // instead of a directory: a cut Loader::state() returned
   MailboxOrder order{};
 };
 // checkpoint actor -> coordinator: what this rank loaded, as the files' bytes (decoded and
@@ -320,6 +331,58 @@ struct ShutdownAck {
   std::string role;
   uint32_t rank = 0;
   uint32_t worker = 0;
+  MailboxOrder order{};
+};
+
+// ---- ranks in other processes (docs/multi-process.md) ----------------------------------
+
+// A rank process -> the coordinator's gate, first message on a new connection; reply
+// Challenge. The gate admits a process (its CAF node) only once it proved the job's token.
+struct Hello {
+  uint32_t protocol_version = 0;
+  uint32_t rank = 0;
+  std::string client_nonce;  // 32 random bytes
+  MailboxOrder order{};
+};
+struct Challenge {
+  std::string server_nonce;  // 32 random bytes
+  std::string node;          // the rank process's CAF node id as the gate sees it
+  MailboxOrder order{};
+};
+// rank process -> gate: auth_proof(token, "rank", ...); reply Admitted with the gate's own
+// proof, so the rank knows it reached its job's coordinator and not another one.
+struct Proof {
+  uint32_t rank = 0;
+  std::string proof;
+  MailboxOrder order{};
+};
+struct Admitted {
+  std::string proof;
+  MailboxOrder order{};
+};
+
+// coordinator -> every joined rank's loader actor: the job stops (a rank was lost, a rank
+// disagreed, a rank failed); every rank fails with `reason`.
+struct JobAborted {
+  std::string reason;
+  MailboxOrder order{};
+};
+
+// rank -> coordinator: this rank is done (ok) or stopped by an error; reply LeaveAck. A rank
+// process that goes away without leaving is lost, and its loss stops the job.
+struct RankLeave {
+  uint32_t rank = 0;
+  bool ok = true;
+  std::string error;
+  MailboxOrder order{};
+};
+struct LeaveAck {
+  MailboxOrder order{};
+};
+
+// The process hosting the coordinator -> coordinator: answer once every rank left, or the
+// job stopped (reply LeaveAck, or the reason as an error).
+struct AwaitLeaves {
   MailboxOrder order{};
 };
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -291,6 +292,142 @@ class RecordingEnv : public EnvWrapper {
   FixedClock clock_;
 };
 
+// Every rank of a job, each on its own thread as trainers are: `body(rank, loader)`.
+template <typename F>
+void each_rank(Cluster& cluster, uint32_t ranks, F body) {
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      auto l = cluster.loader(r);
+      ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+      body(r, **l);
+    });
+  for (auto& t : threads) t.join();
+}
+
+// state() is save() without a directory: every rank gets the same bytes, nothing is
+// written, and load_state() resumes from them like restore() from a directory, on the
+// same topology bit-exactly and on another one exactly once.
+TEST_F(CheckpointClusterTest, StateBytesResumeLikeACheckpointDirectory) {
+  opt_.world_size = 2;
+  std::map<uint32_t, std::vector<Step>> full, before, after;
+  std::mutex mu;  // the rank threads fill the maps
+  {
+    auto c = Cluster::start(opt_, {0, 1});
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    each_rank(**c, 2, [&](uint32_t r, Loader& l) {
+      ASSERT_TRUE(l.start_epoch(0).is_ok());
+      auto got = take(l, 0);
+      std::lock_guard<std::mutex> lock(mu);
+      full[r] = std::move(got);
+    });
+  }
+  std::map<uint32_t, std::string> states;
+  {
+    auto c = Cluster::start(opt_, {0, 1});
+    ASSERT_TRUE(c.is_ok());
+    each_rank(**c, 2, [&](uint32_t r, Loader& l) {
+      ASSERT_TRUE(l.start_epoch(0).is_ok());
+      auto got = take(l, 3);
+      auto bytes = l.state();
+      ASSERT_TRUE(bytes.is_ok()) << bytes.status().to_string();
+      std::lock_guard<std::mutex> lock(mu);
+      before[r] = std::move(got);
+      states[r] = *bytes;
+    });
+  }
+  ASSERT_EQ(states.size(), 2u);
+  EXPECT_EQ(states[0], states[1]) << "every rank gets the whole cut";
+  EXPECT_FALSE(std::filesystem::exists(ckpt_)) << "state() writes nothing";
+  // The same topology: bit-exact. Rank 1 loads rank 0's copy: any copy will do.
+  {
+    auto c = Cluster::start(opt_, {0, 1});
+    ASSERT_TRUE(c.is_ok());
+    each_rank(**c, 2, [&](uint32_t r, Loader& l) {
+      auto point = l.load_state(states[0]);
+      ASSERT_TRUE(point.is_ok()) << point.status().to_string();
+      EXPECT_EQ(point->step, 3u);
+      EXPECT_FALSE(point->rescaled);
+      ASSERT_TRUE(l.start_epoch(point->epoch).is_ok());
+      auto got = take(l, 0);
+      std::lock_guard<std::mutex> lock(mu);
+      after[r] = std::move(got);
+    });
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(before[r].size() + after[r].size(), full[r].size()) << "rank " << r;
+    for (size_t i = 0; i < full[r].size(); ++i) {
+      const Step& got = i < 3 ? before[r][i] : after[r][i - 3];
+      EXPECT_EQ(got.keys, full[r][i].keys) << "rank " << r << " step " << i;
+    }
+  }
+  // Three ranks: every key of the epoch not delivered before the cut, exactly once.
+  std::multiset<std::string> rest;
+  opt_.world_size = 3;
+  {
+    auto c = Cluster::start(opt_, {0, 1, 2});
+    ASSERT_TRUE(c.is_ok());
+    each_rank(**c, 3, [&](uint32_t, Loader& l) {
+      auto point = l.load_state(states[1]);
+      ASSERT_TRUE(point.is_ok()) << point.status().to_string();
+      EXPECT_TRUE(point->rescaled);
+      ASSERT_TRUE(l.start_epoch(point->epoch).is_ok());
+      auto got = take(l, 0);
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& s : got) rest.insert(s.keys.begin(), s.keys.end());
+    });
+  }
+  std::multiset<std::string> expected;
+  for (uint32_t r = 0; r < 2; ++r)
+    for (size_t i = 3; i < full[r].size(); ++i)
+      expected.insert(full[r][i].keys.begin(), full[r][i].keys.end());
+  EXPECT_EQ(rest, expected);
+}
+
+// Ranks that load different cuts (two state() calls of one job) are refused by generation,
+// and bytes that are no state are refused as damage.
+TEST_F(CheckpointClusterTest, RanksLoadingDifferentStatesAreRefused) {
+  opt_.world_size = 2;
+  std::map<uint32_t, std::vector<std::string>> states;
+  std::mutex mu;
+  {
+    auto c = Cluster::start(opt_, {0, 1});
+    ASSERT_TRUE(c.is_ok());
+    each_rank(**c, 2, [&](uint32_t r, Loader& l) {
+      ASSERT_TRUE(l.start_epoch(0).is_ok());
+      for (int cut = 0; cut < 2; ++cut) {
+        take(l, 2);
+        auto bytes = l.state();
+        ASSERT_TRUE(bytes.is_ok()) << bytes.status().to_string();
+        std::lock_guard<std::mutex> lock(mu);
+        states[r].push_back(*bytes);
+      }
+    });
+  }
+  ASSERT_EQ(states[0].size(), 2u);
+  ASSERT_NE(states[0][0], states[0][1]);
+  auto c = Cluster::start(opt_, {0, 1});
+  ASSERT_TRUE(c.is_ok());
+  std::map<uint32_t, Status> outcome;
+  each_rank(**c, 2, [&](uint32_t r, Loader& l) {
+    auto point = l.load_state(states[r][r]);  // rank 0 the first cut, rank 1 the second
+    std::lock_guard<std::mutex> lock(mu);
+    outcome[r] = point.status();
+  });
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_FALSE(outcome[r].is_ok()) << "rank " << r;
+    EXPECT_NE(outcome[r].message().find("generation"), std::string::npos) << outcome[r].message();
+  }
+  LoaderOptions single = opt_;
+  single.world_size = 1;
+  single.rank = 0;
+  auto one = Loader::open(single);
+  ASSERT_TRUE(one.is_ok());
+  auto garbage = (*one)->load_state("not a loader state");
+  ASSERT_FALSE(garbage.is_ok());
+  EXPECT_EQ(garbage.status().code(), StatusCode::kCorrupt) << garbage.status().to_string();
+}
+
 TEST_F(CheckpointClusterTest, TheClusterTakesClockDataPlaneAndActorSystemFromItsEnv) {
   RecordingEnv env;
   opt_.env = &env;
@@ -320,16 +457,16 @@ TEST_F(CheckpointClusterTest, ACheckpointDirectoryTheFileSystemCannotWriteIsRefu
   EXPECT_NE(st.message().find("local or mounted directory"), std::string::npos) << st.to_string();
 }
 
-TEST_F(CheckpointClusterTest, SaveNeedsEveryRankInTheCluster) {
+// A rank of a larger world without a coordinator to join cannot take part in a job (nor in
+// its checkpoints): open() says what to set instead of running alone.
+TEST_F(CheckpointClusterTest, ARankOfALargerWorldNeedsTheJobsCoordinator) {
   opt_.world_size = 2;
   opt_.rank = 1;
   auto l = Loader::open(opt_);
-  ASSERT_TRUE(l.is_ok());
-  ASSERT_TRUE((*l)->start_epoch(0).is_ok());
-  take(**l, 1);
-  Status st = (*l)->save(ckpt_);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("every rank"), std::string::npos) << st.to_string();
+  ASSERT_FALSE(l.is_ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("SHARDYARD_COORDINATOR"), std::string::npos)
+      << l.status().to_string();
 }
 
 TEST_F(CheckpointClusterTest, SaveAndRestoreAtTheWrongTimeAreRefused) {

@@ -35,8 +35,22 @@ class ProtocolTest : public ::testing::Test {
 };
 
 TEST_F(ProtocolTest, JobInfoRoundTrips) {
-  JobInfo j{0x1234567890abcdefULL, 999, 64, 256, 17,   true, true, "strided",
-            "contiguous",          8,   4,  256, false};
+  JobInfo j{0x1234567890abcdefULL,
+            999,
+            64,
+            256,
+            17,
+            true,
+            true,
+            "strided",
+            "contiguous",
+            8,
+            4,
+            256,
+            false,
+            "once/dedupe map/decode",
+            "round_robin",
+            "24:1 over 8-byte records"};
   auto o = round_trip(j);
   EXPECT_EQ(o.fingerprint, j.fingerprint);
   EXPECT_EQ(o.num_items, 999u);
@@ -45,6 +59,9 @@ TEST_F(ProtocolTest, JobInfoRoundTrips) {
   EXPECT_EQ(o.seed, 17u);
   EXPECT_TRUE(o.shuffle);
   EXPECT_TRUE(o.drop_last);
+  EXPECT_EQ(o.pipeline, "once/dedupe map/decode");
+  EXPECT_EQ(o.dispatch, "round_robin");
+  EXPECT_EQ(o.windows, "24:1 over 8-byte records");
   EXPECT_EQ(o.distributed_strategy, "strided");
   EXPECT_EQ(o.worker_strategy, "contiguous");
   EXPECT_EQ(o.world_size, 8u);
@@ -54,10 +71,25 @@ TEST_F(ProtocolTest, JobInfoRoundTrips) {
 }
 
 TEST_F(ProtocolTest, ControlMessagesRoundTrip) {
-  auto jr = round_trip(JoinRequest{3, 5, 77});
+  JoinRequest join;
+  join.rank = 3;
+  join.workers = 5;
+  join.fingerprint = 77;
+  join.job.pipeline = "map/decode";
+  join.job.seed = 17;
+  join.restart_count = 2;
+  auto jr = round_trip(join);
   EXPECT_EQ(jr.rank, 3u);
   EXPECT_EQ(jr.workers, 5u);
   EXPECT_EQ(jr.fingerprint, 77u);
+  EXPECT_EQ(jr.job.pipeline, "map/decode");
+  EXPECT_EQ(jr.job.seed, 17u);
+  EXPECT_EQ(jr.restart_count, 2u);
+  auto hello = round_trip(Hello{kProtocolVersion, 4, std::string(32, 'n')});
+  EXPECT_EQ(hello.protocol_version, kProtocolVersion);
+  EXPECT_EQ(hello.client_nonce, std::string(32, 'n'));
+  EXPECT_EQ(round_trip(RankLeave{2, false, "why"}).error, "why");
+  EXPECT_EQ(round_trip(JobAborted{"rank 2 was lost"}).reason, "rank 2 was lost");
   EXPECT_EQ(round_trip(EpochKeyRequest{9}).epoch, 9u);
   auto k = round_trip(EpochKey{4, 0xfeedULL});
   EXPECT_EQ(k.epoch, 4u);
@@ -170,15 +202,20 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   EXPECT_EQ(sv.consumed, (std::vector<uint64_t>{3, 2}));
   EXPECT_EQ(sv.layout_items, 15u);
   EXPECT_EQ(sv.worker_states, (std::vector<std::string>{"w0", ""}));
-  EXPECT_EQ(round_trip(SaveDone{7, 99}).generation, 7u);
+  auto done = round_trip(SaveDone{7, 99, "cut"});
+  EXPECT_EQ(done.generation, 7u);
+  EXPECT_EQ(done.state, "cut");
   auto b = round_trip(CheckpointBegin{1, "/ck", 2, 5, 8});
   EXPECT_EQ(b.proposed_generation, 8u);
   EXPECT_EQ(round_trip(CheckpointGeneration{8}).generation, 8u);
   auto rs = round_trip(
-      RankSaved{1, "/ck", 8, 2, 5, 9, 0, false, "rank-00001.g000008.ckpt", 120, 0xabcdefULL});
+      RankSaved{1, "/ck", 8, 2, 5, 9, 0, false, "rank-00001.g000008.ckpt", 120, 0xabcdefULL, "b"});
   EXPECT_EQ(rs.file, "rank-00001.g000008.ckpt");
   EXPECT_EQ(rs.checksum, 0xabcdefULL);
-  EXPECT_EQ(round_trip(CheckpointCommitted{8}).generation, 8u);
+  EXPECT_EQ(rs.bytes, "b");
+  auto committed = round_trip(CheckpointCommitted{8, "state"});
+  EXPECT_EQ(committed.generation, 8u);
+  EXPECT_EQ(committed.state, "state");
   auto failed = round_trip(RankSaveFailed{1, "/ck", 8, "No space left on device"});
   EXPECT_EQ(failed.rank, 1u);
   EXPECT_EQ(failed.generation, 8u);
@@ -186,7 +223,8 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   auto co = round_trip(CommitOutcome{8, false, "disk full"});
   EXPECT_FALSE(co.ok);
   EXPECT_EQ(co.error, "disk full");
-  EXPECT_EQ(round_trip(RestoreRequest{"/ck"}).dir, "/ck");
+  EXPECT_EQ(round_trip(RestoreRequest{"/ck", {}}).dir, "/ck");
+  EXPECT_EQ(round_trip(RestoreRequest{{}, "cut"}).state, "cut");
   auto off = round_trip(ResumeOffer{2, "/ck", std::string("SYCKPT\0\0", 8), {"a", "b"}});
   EXPECT_EQ(off.manifest.size(), 8u);
   EXPECT_EQ(off.rank_files.size(), 2u);

@@ -446,20 +446,24 @@ def main():
     return 0
 
 
-def run_cases(cases, prefix):
+def run_cases(cases, prefix, cleanup=None):
     """The main() of the e2e scripts: runs the case named on the command line in a fresh
-    temporary directory; exit status 0 when every check passed."""
+    temporary directory (then `cleanup(tmp)`, if given, before it goes); exit status 0 when
+    every check passed."""
     global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardyard", required=True)
     # shardyard over a fault-injecting file system (tests/e2e/fault_shardyard.cc)
     ap.add_argument("--fault-shardyard")
+    ap.add_argument("--trainer")  # examples/trainer
     ap.add_argument("case", choices=sorted(cases))
     ARGS = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix=f"{prefix}-")
     try:
         cases[ARGS.case](tmp)
     finally:
+        if cleanup is not None:
+            cleanup(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
     if FAILS:
         print(f"{len(FAILS)} check(s) failed", file=sys.stderr)

@@ -224,5 +224,40 @@ TEST(WorkerInfo, ScopedWorkerInfoSetsAndRestoresPerThread) {
   EXPECT_EQ(current_worker(), nullptr);
 }
 
+TEST(SpecText, RoundTripsEveryKindOfStageAndTheMergePoint) {
+  Spec spec;
+  spec.once("dedupe").map("crop", {{"size", "224"}, {"mode", "a b;c=d%e/f"}}).merge().once("stats");
+  const std::string text = spec_to_string(spec);
+  EXPECT_EQ(text, "once/dedupe map/crop:mode=a%20b%3Bc%3Dd%25e%2Ff;size=224 merge once/stats");
+  auto back = spec_from_string(text);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(spec_to_string(*back), text);
+  ASSERT_EQ(back->stages().size(), 3u);
+  EXPECT_FALSE(back->stages()[0].replicable);
+  EXPECT_EQ(back->stages()[1].params.at("mode"), "a b;c=d%e/f");
+  EXPECT_EQ(back->merge_at(), 2u);
+  EXPECT_TRUE(back->has_merge());
+}
+
+TEST(SpecText, EmptySpecAndLeadingMerge) {
+  EXPECT_EQ(spec_to_string(Spec()), "");
+  EXPECT_TRUE(spec_from_string("").is_ok());
+  Spec post;
+  post.merge().map("count");
+  EXPECT_EQ(spec_to_string(post), "merge map/count");
+  auto back = spec_from_string("merge map/count");
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->merge_at(), 0u);
+}
+
+TEST(SpecText, RefusesWhatItCannotRead) {
+  for (const char* bad : {"crop", "map/", "map/a:b", "map/a:=%G1", "map/a b", "merge merge",
+                          "map/a  map/b", "map/a%2"}) {
+    auto r = spec_from_string(bad);
+    EXPECT_FALSE(r.is_ok()) << bad;
+  }
+  EXPECT_NE(spec_from_string("decode").status().message().find("'decode'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardyard

@@ -20,29 +20,125 @@ JobInfo job_info() {
   return j;
 }
 
-TEST(CoordinatorStateTest, AdmitsMatchingRanksAndRejectsOthers) {
+// A rank's join as the loader sends it: the job as the rank built it.
+JoinRequest join_of(uint32_t rank, const JobInfo& job = job_info()) {
+  JoinRequest r;
+  r.rank = rank;
+  r.workers = job.workers;
+  r.fingerprint = job.fingerprint;
+  r.job = job;
+  return r;
+}
+
+TEST(CoordinatorStateTest, AdmitsMatchingRanksAndCompletesTheWorldWithTheLast) {
   CoordinatorState c(job_info());
-  EXPECT_TRUE(c.join(JoinRequest{0, 3, 42}).is_ok());
-  EXPECT_TRUE(c.join(JoinRequest{1, 3, 42}).is_ok());
-  auto other_version = c.join(JoinRequest{1, 3, 42, kProtocolVersion + 1});
+  auto first = c.join(join_of(0));
+  ASSERT_TRUE(first.is_ok());
+  EXPECT_FALSE(first->world_complete);
+  EXPECT_FALSE(c.join(join_of(2)).is_ok());  // outside the world: refused, the job goes on
+  EXPECT_TRUE(c.failure().is_ok());
+  auto second = c.join(join_of(1));
+  ASSERT_TRUE(second.is_ok());
+  EXPECT_TRUE(second->world_complete);
+  EXPECT_EQ(second->job.fingerprint, 42u);
+}
+
+TEST(CoordinatorStateTest, ARankOfAnotherProtocolVersionIsRefused) {
+  CoordinatorState c(job_info());
+  JoinRequest r = join_of(0);
+  r.protocol_version = kProtocolVersion + 1;
+  auto other_version = c.join(r);
   ASSERT_FALSE(other_version.is_ok());
   EXPECT_NE(other_version.status().message().find(
                 "speaks protocol version " + std::to_string(kProtocolVersion + 1) +
                 "; this coordinator speaks version " + std::to_string(kProtocolVersion)),
             std::string::npos)
       << other_version.status().message();
-  auto other_dataset = c.join(JoinRequest{1, 3, 43});
-  ASSERT_FALSE(other_dataset.is_ok());
-  EXPECT_NE(other_dataset.status().message().find("another dataset"), std::string::npos);
-  EXPECT_FALSE(c.join(JoinRequest{2, 3, 42}).is_ok());  // outside the world
-  EXPECT_FALSE(c.join(JoinRequest{0, 4, 42}).is_ok());  // other worker count
+}
+
+TEST(CoordinatorStateTest, ARankOfAnotherDatasetStopsTheJob) {
+  CoordinatorState c(job_info());
+  ASSERT_TRUE(c.join(join_of(0)).is_ok());
+  JobInfo other = job_info();
+  other.fingerprint = 43;
+  auto refused = c.join(join_of(1, other));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("dataset"), std::string::npos);
+  EXPECT_FALSE(c.failure().is_ok());
+  EXPECT_FALSE(c.epoch_key(0).is_ok());  // every later request fails with it
+  EXPECT_EQ(c.epoch_key(0).status().message(), refused.status().message());
+}
+
+TEST(CoordinatorStateTest, ACoordinatorOfItsOwnTakesTheJobFromTheFirstRank) {
+  auto c = CoordinatorState::for_world(2, 0);
+  EXPECT_FALSE(c.has_job());
+  ASSERT_TRUE(c.join(join_of(1)).is_ok());
+  EXPECT_TRUE(c.has_job());
+  JobInfo other = job_info();
+  other.seed = 6;
+  auto refused = c.join(join_of(0, other));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("rank 0 does not agree with the job on the seed: "
+                                            "the job has 5, rank 0 has 6"),
+            std::string::npos)
+      << refused.status().message();
+}
+
+TEST(CoordinatorStateTest, AWorldOfAnotherSizeOrAnotherRestartIsRefused) {
+  auto c = CoordinatorState::for_world(3, 1);
+  JoinRequest r = join_of(0);  // describes a world of 2
+  r.restart_count = 1;
+  EXPECT_FALSE(c.join(r).is_ok());
+  auto d = CoordinatorState::for_world(2, 1);
+  JoinRequest stale = join_of(0);
+  stale.restart_count = 0;
+  auto refused = d.join(stale);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(d.failure().is_ok());  // another restart's rank does not stop this one
+}
+
+TEST(CoordinatorStateTest, TwoProcessesWithOneRankStopTheJob) {
+  CoordinatorState c(job_info());
+  ASSERT_TRUE(c.join(join_of(0)).is_ok());
+  auto twice = c.join(join_of(0));
+  ASSERT_FALSE(twice.is_ok());
+  EXPECT_NE(twice.status().message().find("joined twice"), std::string::npos);
+}
+
+TEST(CoordinatorStateTest, ALostRankStopsTheJobUnlessItLeftFirst) {
+  CoordinatorState c(job_info());
+  ASSERT_TRUE(c.join(join_of(0)).is_ok());
+  ASSERT_TRUE(c.join(join_of(1)).is_ok());
+  c.leave(RankLeave{0, true, ""});
+  c.rank_lost(0, "its connection closed");  // left first: a normal end
+  EXPECT_TRUE(c.failure().is_ok());
+  EXPECT_FALSE(c.all_left());
+  c.rank_lost(1, "its connection closed");
+  ASSERT_FALSE(c.failure().is_ok());
+  EXPECT_NE(c.failure().message().find("rank 1 was lost: its connection closed"),
+            std::string::npos);
+}
+
+TEST(CoordinatorStateTest, ARankThatLeavesWithAnErrorStopsTheJob) {
+  CoordinatorState c(job_info());
+  ASSERT_TRUE(c.join(join_of(0)).is_ok());
+  ASSERT_TRUE(c.join(join_of(1)).is_ok());
+  c.leave(RankLeave{1, false, "corrupt shard x.tar"});
+  ASSERT_FALSE(c.failure().is_ok());
+  EXPECT_NE(c.failure().message().find("rank 1 stopped with an error: corrupt shard x.tar"),
+            std::string::npos);
+  CoordinatorState d(job_info());
+  d.leave(RankLeave{0, true, ""});
+  d.leave(RankLeave{1, true, ""});
+  EXPECT_TRUE(d.all_left());
 }
 
 TEST(CoordinatorStateTest, HandsOutOneKeyPerEpochAndTracksCompletion) {
   CoordinatorState c(job_info());
-  EXPECT_EQ(c.epoch_key(3).key, c.epoch_key(3).key);
-  EXPECT_NE(c.epoch_key(3).key, c.epoch_key(4).key);
-  EXPECT_EQ(c.epoch_key(3).key, shardyard::epoch_key(5, 3));
+  EXPECT_EQ(c.epoch_key(3)->key, c.epoch_key(3)->key);
+  EXPECT_NE(c.epoch_key(3)->key, c.epoch_key(4)->key);
+  EXPECT_EQ(c.epoch_key(3)->key, shardyard::epoch_key(5, 3));
   c.rank_done(RankEpochDone{0, 1, 10, 100});
   EXPECT_FALSE(c.epoch_complete(1));
   c.rank_done(RankEpochDone{1, 1, 10, 100});
@@ -50,7 +146,7 @@ TEST(CoordinatorStateTest, HandsOutOneKeyPerEpochAndTracksCompletion) {
 }
 
 RankSaved saved(uint32_t rank, uint64_t generation) {
-  return RankSaved{rank, "/ck", generation, 0, 5, 9, 0, false, "f", 1, 2};
+  return RankSaved{rank, "/ck", generation, 0, 5, 9, 0, false, "f", 1, 2, {}};
 }
 
 // A rank that cannot write its file aborts the cut for every rank: those that saved, those
@@ -60,7 +156,7 @@ TEST(CoordinatorStateTest, AFailedRankFileAbortsTheCutForEveryRank) {
   JobInfo job = job_info();
   job.world_size = 4;
   CoordinatorState c(job);
-  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.join(JoinRequest{r, 3, 42}).is_ok());
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.join(join_of(r, job)).is_ok());
   auto g = c.begin_save(CheckpointBegin{0, "/ck", 0, 5, 3});
   ASSERT_TRUE(g.is_ok());
   ASSERT_TRUE(c.begin_save(CheckpointBegin{1, "/ck", 0, 5, 3}).is_ok());

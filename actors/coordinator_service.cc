@@ -1,0 +1,98 @@
+#include "actors/coordinator_service.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "actors/env.h"
+#include "actors/net/host.h"
+#include "actors/net/network.h"
+#include "actors/roles.h"
+
+namespace shardyard {
+
+using namespace actors;  // NOLINT: glue of the actors layer
+
+struct CoordinatorService::Impl {
+  std::unique_ptr<net::TlsIdentity> tls;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  net::HostedCoordinator hosted;
+  std::atomic<bool> stop{false};
+};
+
+CoordinatorService::CoordinatorService() : impl_(std::make_unique<Impl>()) {}
+
+CoordinatorService::~CoordinatorService() {
+  auto& d = *impl_;
+  if (!d.sys) return;
+  caf::anon_send_exit(d.hosted.gate, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(d.hosted.coordinator, caf::exit_reason::user_shutdown);
+  d.hosted = {};
+  d.sys.reset();
+}
+
+uint16_t CoordinatorService::port() const { return impl_->hosted.port; }
+
+void CoordinatorService::stop() { impl_->stop = true; }
+
+Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
+    const CoordinatorServiceOptions& o) {
+  if (o.world_size == 0) return invalid_argument("the world size must be at least 1");
+  SY_ASSIGN_OR_RETURN(HostPort listen, parse_host_port(o.listen, /*allow_any_port=*/true));
+  SY_ASSIGN_OR_RETURN(std::string token, net::job_token(o.token, o.token_file));
+  std::unique_ptr<CoordinatorService> s(new CoordinatorService());
+  auto& d = *s->impl_;
+  auto log = o.log ? o.log : [](const std::string& line) {
+    std::fprintf(stderr, "shardyard coordinator: %s\n", line.c_str());
+  };
+  net::NetOptions net;
+  net.heartbeat_interval_ms = o.heartbeat_interval_ms;
+  net.connection_timeout_ms = o.connection_timeout_ms;
+  net.tls = net::use_tls(listen.host, o.force_tls);
+  if (net.tls) {
+    SY_ASSIGN_OR_RETURN(d.tls, net::TlsIdentity::create(token));
+    net.tls_dir = d.tls->dir();
+  }
+  register_protocol(d.cfg);
+  net::enable_network(d.cfg, net);
+  d.cfg.set("scheduler.max-threads", 2);
+  d.cfg.set("scheduler.policy", caf::atom("sharing"));
+  d.cfg.set("logger.verbosity", caf::atom("quiet"));
+  d.sys = std::make_unique<caf::actor_system>(d.cfg);
+  net::HostOptions host;
+  host.listen = listen;
+  host.source = "--listen";
+  host.tls = net.tls;
+  host.token = token;
+  host.coordinator.join_timeout_ms = o.join_timeout_ms;
+  host.coordinator.log = log;
+  Env* env = o.env != nullptr ? o.env : Env::Default();
+  host.coordinator.fs = env->file_system();
+  host.coordinator.clock = env->clock();
+  SY_ASSIGN_OR_RETURN(
+      d.hosted, net::host_coordinator(
+                    *d.sys, CoordinatorState::for_world(o.world_size, o.restart_count), host));
+  return s;
+}
+
+Status CoordinatorService::wait() {
+  auto& d = *impl_;
+  caf::scoped_actor self{*d.sys};
+  // One question, answered once every rank left or the job stopped; meanwhile stop() is
+  // looked at every second.
+  self->send(d.hosted.coordinator, AwaitLeaves{});
+  for (;;) {
+    bool done = false;
+    Status outcome;
+    self->receive([&](const LeaveAck&) { done = true; },
+                  [&](const caf::error& err) {
+                    outcome = from_error(err);
+                    done = true;
+                  },
+                  caf::after(std::chrono::seconds(1)) >> [] {});
+    if (done) return outcome;
+    if (d.stop) return cancelled("the coordinator was stopped");
+  }
+}
+
+}  // namespace shardyard
