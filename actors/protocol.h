@@ -132,6 +132,10 @@ typename Inspector::result_type inspect(Inspector& f, ResumeAck&) {
   return f(caf::meta::type_name("ResumeAck"));
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobInfoRequest&) {
+  return f(caf::meta::type_name("JobInfoRequest"));
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapshotRequest&) {
   return f(caf::meta::type_name("SnapshotRequest"));
 }
