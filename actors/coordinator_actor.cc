@@ -18,6 +18,7 @@
 
 #include "actors/roles.h"
 #include "actors/state/coordinator_state.h"
+#include "actors/state/status_board.h"
 #include "io/persist/checkpoint_store.h"
 #include "runtime/metrics.h"
 
@@ -42,12 +43,6 @@ using coordinator_pointer = coordinator_actor::stateful_pointer<CoordinatorActor
 
 // How long the coordinator waits for each rank's report (a monitor's request).
 constexpr std::chrono::milliseconds kReportTimeout{1500};
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
 
 // The reports of one monitor request as they come in; answers once all are in.
 struct Gathered {

@@ -33,12 +33,6 @@ std::string hex16(uint64_t v) {
   return buf;
 }
 
-std::string this_host() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
-
 }  // namespace
 
 RankReport JobMonitor::job_report(std::string* error) {
@@ -74,7 +68,7 @@ JobStatus JobMonitor::status() {
     s.node = job.status->node();
     s.pid = job.status->pid();
   } else {
-    s.node = this_host();
+    s.node = host_name();
     s.pid = static_cast<uint32_t>(::getpid());
     if (handle) {
       caf::scoped_actor self{sys_};
