@@ -56,17 +56,19 @@ RankReport JobMonitor::job_report(std::string* error) {
 JobStatus JobMonitor::status() {
   JobStatus s;
   coordinator_actor handle = coordinator();
+  auto describe = [&s](const JobInfo& info) {
+    s.world_size = info.world_size;
+    s.workers = info.workers;
+    s.batch_size = info.batch_size;
+    s.logical_shards = info.logical_shards;
+    s.items = info.num_items;
+    s.dispatch = info.dispatch;
+    s.fingerprint = hex16(info.fingerprint);
+  };
   if (job_) {
-    const JobData& job = *job_;
-    s.world_size = job.topology.ranks;
-    s.workers = job.topology.workers;
-    s.batch_size = job.batch_size;
-    s.logical_shards = job.shards.count();
-    s.items = job.index.num_items();
-    s.dispatch = dispatch_name(job.dispatch);
-    s.fingerprint = job.manifest->fingerprint_hex();
-    s.node = job.status->node();
-    s.pid = job.status->pid();
+    describe(job_->info());
+    s.node = job_->status->node();
+    s.pid = job_->status->pid();
   } else {
     s.node = host_name();
     s.pid = static_cast<uint32_t>(::getpid());
@@ -76,13 +78,7 @@ JobStatus JobMonitor::status() {
           .receive(
               [&](const JobInfo& info) {
                 received(info);
-                s.world_size = info.world_size;
-                s.workers = info.workers;
-                s.batch_size = info.batch_size;
-                s.logical_shards = info.logical_shards;
-                s.items = info.num_items;
-                s.dispatch = info.dispatch;
-                s.fingerprint = hex16(info.fingerprint);
+                describe(info);
               },
               [&](const caf::error&) {});  // no rank joined yet: the job is not known
     }
