@@ -14,9 +14,13 @@
 #include <map>
 #include <vector>
 
+#include <unistd.h>
+
 #include "actors/roles.h"
 #include "actors/state/coordinator_state.h"
+#include "actors/state/status_board.h"
 #include "io/persist/checkpoint_store.h"
+#include "runtime/metrics.h"
 
 namespace shardyard::actors {
 
@@ -36,6 +40,39 @@ struct CoordinatorActorState {
 };
 
 using coordinator_pointer = coordinator_actor::stateful_pointer<CoordinatorActorState>;
+
+// How long the coordinator waits for each rank's report (a monitor's request).
+constexpr std::chrono::milliseconds kReportTimeout{1500};
+
+// The reports of one monitor request as they come in; answers once all are in.
+struct Gathered {
+  size_t pending = 0;
+  RankReport merged;
+  caf::typed_response_promise<RankReport> rp;
+  void add(RankReport report) {
+    for (auto& r : report.ranks) merged.ranks.push_back(std::move(r));
+    // Each series carries its rank and node labels already; a family that disagrees between
+    // processes (another build) is left out rather than failing the whole report.
+    (void)merge_metrics(&merged.metrics, report.metrics);
+    if (--pending == 0) rp.deliver(std::move(merged));
+  }
+};
+
+// A rank that did not answer the monitor: its loader shows as unresponsive, with why.
+RankReport unresponsive(uint32_t rank, const std::string& why) {
+  RankReport report;
+  RankStatus status;
+  status.rank = rank;
+  ActorSnapshot loader;
+  loader.role = "loader";
+  loader.rank = rank;
+  loader.state = "unresponsive";
+  loader.detail =
+      "no report within " + std::to_string(kReportTimeout.count()) + " ms (" + why + ")";
+  status.actors.push_back(std::move(loader));
+  report.ranks.push_back(std::move(status));
+  return report;
+}
 
 // The coordinator's committer: writes CHECKPOINT on its own thread and reports back. (The
 // arguments come through spawn, not a capture: CAF 0.17 dereferences a null argument tuple
@@ -274,7 +311,44 @@ coordinator_actor::behavior_type coordinator_fn(coordinator_pointer self, Coordi
       },
       [=](const SnapshotRequest& msg) -> ActorSnapshot {
         const ActorTurn turn(msg);
-        return self->state.core->snapshot();
+        ActorSnapshot s = self->state.core->snapshot();
+        s.pid = static_cast<uint32_t>(::getpid());
+        s.node = host_name();
+        return s;
+      },
+      [=](const JobInfoRequest& msg) -> caf::result<JobInfo> {
+        const ActorTurn turn(msg);
+        if (!self->state.core->has_job())
+          return to_error(unavailable("no rank has joined the job yet"));
+        return self->state.core->job();
+      },
+      // The whole job's status for a monitor: every joined rank's loader actor is asked for
+      // its RankReport (in whatever process it lives), each within kReportTimeout; a rank
+      // that does not answer in time shows as unresponsive. The reply never waits longer.
+      [=](const RankReportRequest& msg) -> caf::result<RankReport> {
+        const ActorTurn turn(msg);
+        auto rp = self->make_response_promise<RankReport>();
+        auto gathered = std::make_shared<Gathered>();
+        gathered->pending = self->state.agents.size();
+        gathered->rp = rp;
+        if (gathered->pending == 0) {
+          rp.deliver(RankReport{});
+          return rp;
+        }
+        for (const auto& [rank, agent] : self->state.agents) {
+          const uint32_t r = rank;
+          self->request(caf::actor_cast<loader_actor>(agent), kReportTimeout, RankReportRequest{})
+              .then(
+                  [=](RankReport& report) {
+                    const ActorTurn turn(report);
+                    gathered->add(std::move(report));
+                  },
+                  [=](caf::error& err) {
+                    const ActorTurn turn;
+                    gathered->add(unresponsive(r, self->system().render(err)));
+                  });
+        }
+        return rp;
       },
       [=](const ShutdownRequest& msg) -> ShutdownAck {
         const ActorTurn turn(msg);

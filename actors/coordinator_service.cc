@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "actors/env.h"
+#include "actors/monitor.h"
 #include "actors/net/host.h"
 #include "actors/net/network.h"
 #include "actors/roles.h"
@@ -17,6 +18,7 @@ struct CoordinatorService::Impl {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   net::HostedCoordinator hosted;
+  std::unique_ptr<JobMonitor> monitor;  // with metrics_port
   std::atomic<bool> stop{false};
 };
 
@@ -25,6 +27,8 @@ CoordinatorService::CoordinatorService() : impl_(std::make_unique<Impl>()) {}
 CoordinatorService::~CoordinatorService() {
   auto& d = *impl_;
   if (!d.sys) return;
+  if (d.monitor) d.monitor->stop();  // before the actor system goes
+  d.monitor.reset();
   caf::anon_send_exit(d.hosted.gate, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(d.hosted.coordinator, caf::exit_reason::user_shutdown);
   d.hosted = {};
@@ -32,6 +36,10 @@ CoordinatorService::~CoordinatorService() {
 }
 
 uint16_t CoordinatorService::port() const { return impl_->hosted.port; }
+
+uint16_t CoordinatorService::metrics_port() const {
+  return impl_->monitor ? impl_->monitor->port() : 0;
+}
 
 void CoordinatorService::stop() { impl_->stop = true; }
 
@@ -72,6 +80,11 @@ Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
   SY_ASSIGN_OR_RETURN(
       d.hosted, net::host_coordinator(
                     *d.sys, CoordinatorState::for_world(o.world_size, o.restart_count), host));
+  if (o.metrics_port > 65535) return invalid_argument("the metrics port must be 0..65535");
+  if (o.metrics_port >= 0) {
+    d.monitor = std::make_unique<JobMonitor>(*d.sys, d.hosted.coordinator, nullptr, true);
+    SY_RETURN_IF_ERROR(d.monitor->serve(o.metrics_address, static_cast<uint16_t>(o.metrics_port)));
+  }
   return s;
 }
 

@@ -45,6 +45,10 @@ struct CoordinatorServiceOptions {
   // the directory the ranks save to) and the clock that dates them; null: Env::Default().
   // Must outlive the service.
   Env* env = nullptr;
+  // The whole job's monitoring endpoints (docs/monitor.md): GET /metrics and GET /status
+  // merged from every rank process. -1: not served; 0: a free port (metrics_port()).
+  int32_t metrics_port = -1;
+  std::string metrics_address = "127.0.0.1";
 };
 
 class CoordinatorService {
@@ -55,6 +59,7 @@ class CoordinatorService {
   CoordinatorService& operator=(const CoordinatorService&) = delete;
 
   uint16_t port() const;
+  uint16_t metrics_port() const;  // 0: not serving
   // Blocks until every rank joined and left (OK), the job stopped (its reason), or stop()
   // (kCancelled).
   Status wait();

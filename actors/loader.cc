@@ -306,6 +306,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   LoaderActorOptions lopts;
   lopts.on_abort = [impl](Status why) { impl->stop_job(std::move(why)); };
   lopts.join_timeout_ms = options.join_timeout_ms + 10000;
+  lopts.status = job->status;
   {
     MutexLock lock(&d.mu);
     d.system = system;
@@ -359,7 +360,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     MutexLock lock(&d.mu);
     d.ranks[r] = std::move(roles);
   }
-  d.monitor = std::make_unique<JobMonitor>(sys, job_coordinator, job);
+  // A job of several processes: the monitor of any of them shows the whole job.
+  d.monitor = std::make_unique<JobMonitor>(sys, job_coordinator, job, d.networked);
   if (options.metrics_port >= 0)
     SY_RETURN_IF_ERROR(
         d.monitor->serve(options.metrics_address, static_cast<uint16_t>(options.metrics_port)));

@@ -17,6 +17,7 @@ void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<RankEpochDone>("shardyard::RankEpochDone");
   cfg.add_message_type<StepReport>("shardyard::StepReport");
   cfg.add_message_type<SnapshotRequest>("shardyard::SnapshotRequest");
+  cfg.add_message_type<JobInfoRequest>("shardyard::JobInfoRequest");
   cfg.add_message_type<ActorSnapshot>("shardyard::ActorSnapshot");
   cfg.add_message_type<ShutdownRequest>("shardyard::ShutdownRequest");
   cfg.add_message_type<ShutdownAck>("shardyard::ShutdownAck");

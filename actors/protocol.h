@@ -8,6 +8,9 @@
 
 #include <caf/all.hpp>
 
+#include <cmath>
+#include <vector>
+
 #include "actors/state/messages.h"
 
 namespace shardyard::actors {
@@ -16,6 +19,32 @@ namespace shardyard::actors {
 // is built by CAF's deserializer on its network thread, which writes the fields after the
 // message's MailboxOrder was made; the token releases again once they are all in, so the
 // handler's acquire orders them for ThreadSanitizer too (a no-op without it).
+// CAF 0.17 encodes a double with a loop that never ends for NaN or infinity
+// (caf::detail::pack754): such a value in a message would hang the sending thread, and a
+// hostile peer's bytes can decode to one. Every double of our messages is made finite
+// before it is encoded and after it is decoded (not finite: 0); tests/fuzz/net_fuzz.cc
+// re-encodes what it decodes.
+inline void make_finite(double& d) {
+  if (!std::isfinite(d)) d = 0;
+}
+inline void make_finite(std::vector<double>& v) {
+  for (double& d : v) make_finite(d);
+}
+template <class... Doubles>
+auto finite_on_save(Doubles&... ds) {
+  return caf::meta::save_callback([&ds...]() -> caf::error {
+    (make_finite(ds), ...);
+    return caf::none;
+  });
+}
+template <class... Doubles>
+auto finite_on_load(Doubles&... ds) {
+  return caf::meta::load_callback([&ds...]() -> caf::error {
+    (make_finite(ds), ...);
+    return caf::none;
+  });
+}
+
 template <class Message>
 auto loaded(Message& x) {
   return caf::meta::load_callback([&x]() -> caf::error {
@@ -132,14 +161,21 @@ typename Inspector::result_type inspect(Inspector& f, ResumeAck&) {
   return f(caf::meta::type_name("ResumeAck"));
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobInfoRequest&) {
+  return f(caf::meta::type_name("JobInfoRequest"));
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapshotRequest&) {
   return f(caf::meta::type_name("SnapshotRequest"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorSnapshot& x) {
-  return f(caf::meta::type_name("ActorSnapshot"), x.role, x.rank, x.worker, x.state, x.epoch,
-           x.items, x.bytes, x.steps, x.detail, x.node, x.pid, x.items_per_s, x.queue_depth,
-           x.queue_capacity, x.input_wait_s, x.output_wait_s, x.uptime_s, loaded(x));
+  return f(caf::meta::type_name("ActorSnapshot"),
+           finite_on_save(x.items_per_s, x.input_wait_s, x.output_wait_s, x.uptime_s), x.role,
+           x.rank, x.worker, x.state, x.epoch, x.items, x.bytes, x.steps, x.detail, x.node, x.pid,
+           x.items_per_s, x.queue_depth, x.queue_capacity, x.input_wait_s, x.output_wait_s,
+           x.uptime_s, finite_on_load(x.items_per_s, x.input_wait_s, x.output_wait_s, x.uptime_s),
+           loaded(x));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShutdownRequest& x) {

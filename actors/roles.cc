@@ -321,6 +321,7 @@ struct LoaderActorState {
   uint32_t failures = 0;
   std::string state = "idle";
   bool aborted = false;
+  std::shared_ptr<StatusBoard> status;
   static inline const char* name = "shardyard.loader";
 };
 
@@ -354,6 +355,7 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
   self->state.rank = rank;
   self->state.coordinator = coordinator;
   self->state.on_abort = options.on_abort;
+  self->state.status = options.status;
   // The coordinator is this rank's lifeline: when it goes (its process died, its connection
   // broke, or it stopped answering heartbeats), the rank cannot go on.
   self->monitor(coordinator);
@@ -416,6 +418,20 @@ loader_actor::behavior_type loader_fn(loader_actor::stateful_pointer<LoaderActor
         s.detail = std::to_string(st.produced) + " items produced by workers, " +
                    std::to_string(st.failures) + " failed units";
         return s;
+      },
+      // The coordinator's monitor asks every rank: this rank's status and, from the lowest
+      // rank of the process, the process's metric samples (so a process hosting several
+      // ranks counts them once). Read from the StatusBoard, never from another actor.
+      [=](const RankReportRequest& msg) -> RankReport {
+        const ActorTurn turn(msg);
+        auto& st = self->state;
+        RankReport report;
+        if (!st.status) return report;
+        report.ranks.push_back(st.status->collect_rank(st.rank));
+        const auto hosted = st.status->ranks();
+        if (hosted.empty() || hosted.front() == st.rank)
+          report.metrics = st.status->metrics().collect();
+        return report;
       },
       [=](const ShutdownRequest& msg) -> ShutdownAck {
         const ActorTurn turn(msg);

@@ -21,6 +21,7 @@
 #include "actors/protocol.h"
 #include "actors/state/coordinator_state.h"
 #include "actors/state/job.h"
+#include "actors/status_protocol.h"
 
 namespace shardyard::actors {
 
@@ -34,6 +35,8 @@ using coordinator_actor = caf::typed_actor<
     caf::reacts_to<CommitOutcome>, caf::replies_to<ResumeOffer>::with<ResumeGrant>,
     caf::replies_to<RankLeave>::with<LeaveAck>, caf::replies_to<AwaitLeaves>::with<LeaveAck>,
     caf::reacts_to<join_deadline_atom>, caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+    caf::replies_to<RankReportRequest>::with<RankReport>,
+    caf::replies_to<JobInfoRequest>::with<JobInfo>,
     caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
 using worker_actor = caf::typed_actor<caf::replies_to<WorkUnit>::with<UnitAccepted>,
@@ -53,6 +56,7 @@ using loader_actor = caf::typed_actor<caf::replies_to<JoinRequest>::with<JobInfo
                                       caf::reacts_to<JobAborted>, caf::reacts_to<StepReport>,
                                       caf::reacts_to<RankEpochDone>, caf::reacts_to<WorkerDone>,
                                       caf::replies_to<SnapshotRequest>::with<ActorSnapshot>,
+                                      caf::replies_to<RankReportRequest>::with<RankReport>,
                                       caf::replies_to<ShutdownRequest>::with<ShutdownAck>>;
 
 // One per rank, detached (it writes and reads files): saves the rank's part of a cut and
@@ -109,6 +113,8 @@ struct LoaderActorOptions {
   // rank: JobAborted from the coordinator, or the coordinator gone.
   std::function<void(Status)> on_abort;
   uint32_t join_timeout_ms = 300000;  // how long the join waits for the whole world
+  // What this process's roles report (RankReportRequest answers from it; null: nothing).
+  std::shared_ptr<StatusBoard> status;
 };
 loader_actor spawn_loader_actor(caf::actor_system& sys, uint32_t rank,
                                 coordinator_actor coordinator, LoaderActorOptions options);

@@ -18,11 +18,13 @@ namespace shardyard {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MetricPoint& x) {
-  return f(caf::meta::type_name("MetricPoint"), x.labels, x.value, x.buckets, x.sum, x.count);
+  return f(caf::meta::type_name("MetricPoint"), actors::finite_on_save(x.value, x.sum), x.labels,
+           x.value, x.buckets, x.sum, x.count, actors::finite_on_load(x.value, x.sum));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MetricFamily& x) {
-  return f(caf::meta::type_name("MetricFamily"), x.name, x.help, x.type, x.bounds, x.points);
+  return f(caf::meta::type_name("MetricFamily"), actors::finite_on_save(x.bounds), x.name, x.help,
+           x.type, x.bounds, x.points, actors::finite_on_load(x.bounds));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MetricsSnapshot& x) {

@@ -73,7 +73,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     local seeds="$SY_ROOT/tests/fuzz/$2"
     case "$2" in /*) seeds="$2" ;; esac
     cp "$seeds"/* "$corpus"/ 2>/dev/null || true
-    "$SY_ROOT/build-fuzz/tests/fuzz/$1" -max_total_time="$3" -print_final_stats=1 \
+    "$SY_ROOT/build-fuzz/tests/fuzz/$1" -max_total_time="$3" -timeout=30 -print_final_stats=1 \
       -artifact_prefix="$artifacts/" "$corpus" >"$artifacts.log" 2>&1 || rc=$?
     tail -n 5 "$artifacts.log"
     rm -rf "$corpus"

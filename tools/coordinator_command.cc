@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "actors/coordinator_service.h"
+#include "actors/loader.h"
 #include "commands.h"
 #include "run_stop.h"
 
@@ -20,6 +21,7 @@ struct CoordinatorArgs {
   CoordinatorServiceOptions options;
   std::string port_file;
   double join_timeout_s = 300;
+  bool metrics_address_given = false;
 };
 
 // The bound address, written whole or not at all (a launcher polls for the file).
@@ -42,6 +44,16 @@ int run_coordinator(CoordinatorArgs& args) {
   args.options.join_timeout_ms = static_cast<uint32_t>(args.join_timeout_s * 1000);
   // The ranks' variable (LoaderOptions::topology_from_env) applies here too, so that one
   // setting in a launcher's environment covers both sides of every connection.
+  // SHARDYARD_METRICS_PORT / _ADDRESS as the ranks read them, unless the flags say.
+  if (args.options.metrics_port < 0) {
+    LoaderOptions from_env;
+    if (Status st = from_env.monitor_from_env(); !st.is_ok()) {
+      print_error(st.to_string());
+      return 2;
+    }
+    args.options.metrics_port = from_env.metrics_port;
+    if (!args.metrics_address_given) args.options.metrics_address = from_env.metrics_address;
+  }
   const char* tls = std::getenv("SHARDYARD_TLS");
   if (tls != nullptr && *tls != '\0' && std::string(tls) != "0") args.options.force_tls = true;
   auto service = CoordinatorService::start(args.options);
@@ -52,6 +64,13 @@ int run_coordinator(CoordinatorArgs& args) {
   signals.on_signal([&](int) { (*service)->stop(); });
   std::fprintf(stderr, "shardyard coordinator: listening on port %u for %u ranks\n",
                static_cast<unsigned>((*service)->port()), args.options.world_size);
+  if ((*service)->metrics_port() != 0)
+    std::fprintf(
+        stderr,
+        "shardyard coordinator: the whole job's /metrics and /status on %s:%u "
+        "(shardyard monitor %s:%u)\n",
+        args.options.metrics_address.c_str(), static_cast<unsigned>((*service)->metrics_port()),
+        args.options.metrics_address.c_str(), static_cast<unsigned>((*service)->metrics_port()));
   if (!args.port_file.empty()) {
     Status st = write_port_file(args.port_file, (*service)->port());
     if (!st.is_ok()) {
@@ -94,6 +113,14 @@ Command add_coordinator_command(CLI::App& app, Env* env) {
   cmd->add_option("--join-timeout", args->join_timeout_s,
                   "seconds the other ranks may take after the first joined (default 300)")
       ->check(CLI::Range(1.0, 86400.0));
+  cmd->add_option("--metrics-port", args->options.metrics_port,
+                  "serve the whole job's /metrics and /status on this port (0: a free one; "
+                  "default SHARDYARD_METRICS_PORT, else off)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--metrics-address", args->options.metrics_address,
+                  "the address to serve them on (default 127.0.0.1: anyone who can reach it "
+                  "can read the job's state)")
+      ->each([args](const std::string&) { args->metrics_address_given = true; });
   cmd->add_flag("--tls", args->options.force_tls,
                 "TLS also on loopback, as SHARDYARD_TLS=1 does (always off it)");
   return [args] { return run_coordinator(*args); };

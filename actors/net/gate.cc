@@ -167,6 +167,15 @@ gate_actor::behavior_type gate_fn(gate_pointer self, coordinator_actor coordinat
         const ActorTurn turn(m);
         return pass<ActorSnapshot>(self, m, kAnyRank);
       },
+      // A monitor in a rank process asks for the whole job (admitted processes only).
+      [=](const RankReportRequest& m) -> caf::result<RankReport> {
+        const ActorTurn turn(m);
+        return pass<RankReport>(self, m, kAnyRank);
+      },
+      [=](const JobInfoRequest& m) -> caf::result<JobInfo> {
+        const ActorTurn turn(m);
+        return pass<JobInfo>(self, m, kAnyRank);
+      },
       [=](const RankSaveFailed& m) -> caf::result<void> {
         const ActorTurn turn(m);
         return pass<void>(self, m, m.rank);

@@ -44,6 +44,8 @@ Status check_limits(const JoinRequest& m) { return check_job("JoinRequest", m.jo
 Status check_limits(const EpochKeyRequest&) { return Status::ok(); }
 Status check_limits(const RankEpochDone&) { return Status::ok(); }
 Status check_limits(const SnapshotRequest&) { return Status::ok(); }
+Status check_limits(const RankReportRequest&) { return Status::ok(); }
+Status check_limits(const JobInfoRequest&) { return Status::ok(); }
 
 Status check_limits(const CheckpointBegin& m) {
   SY_LIMIT("CheckpointBegin", "directory", m.dir.size(), kMaxNameBytes);

@@ -29,5 +29,7 @@ Status check_limits(const ResumeOffer& m);
 Status check_limits(const RankLeave& m);
 Status check_limits(const RankSaveFailed& m);
 Status check_limits(const SnapshotRequest& m);
+Status check_limits(const RankReportRequest& m);
+Status check_limits(const JobInfoRequest& m);
 
 }  // namespace shardyard::actors::net

@@ -321,6 +321,11 @@ struct ActorSnapshot {
 struct RankReportRequest {
   MailboxOrder order{};
 };
+// monitor -> coordinator: the job as the coordinator admitted it (a coordinator in its own
+// process has no manifest to read it from).
+struct JobInfoRequest {
+  MailboxOrder order{};
+};
 
 // owner -> role: stop; the role replies ShutdownAck after it has let go of what it holds.
 struct ShutdownRequest {

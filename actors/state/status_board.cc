@@ -8,13 +8,13 @@
 
 namespace shardyard::actors {
 
-namespace {
-
 std::string host_name() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
   return buf;
 }
+
+namespace {
 
 MetricLabels rank_label(uint32_t rank) { return {{"rank", std::to_string(rank)}}; }
 

@@ -72,6 +72,9 @@ class RankBoard {
   uint32_t prefetch_ SY_GUARDED_BY(mu_) = 0;
 };
 
+// This machine's name as the monitor shows it (the `node` of every actor and series).
+std::string host_name();
+
 class StatusBoard {
  public:
   StatusBoard();  // node = this host's name, pid = this process's

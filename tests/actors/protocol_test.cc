@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace shardyard::actors {
 namespace {
 
@@ -253,6 +255,34 @@ TEST_F(ProtocolTest, CheckpointMessagesRoundTrip) {
   EXPECT_TRUE(g.rescaled);
   EXPECT_EQ(g.generation, 8u);
   round_trip(ResumeAck{});
+}
+
+// CAF 0.17 never finishes encoding a double that is not finite; ours are made finite (0)
+// before encoding, so a NaN rate or an infinite metric cannot hang a sender.
+TEST_F(ProtocolTest, DoublesThatAreNotFiniteTravelAsZero) {
+  ActorSnapshot a;
+  a.role = "worker";
+  a.items_per_s = std::numeric_limits<double>::quiet_NaN();
+  a.uptime_s = std::numeric_limits<double>::infinity();
+  a.input_wait_s = 1.5;
+  auto o = round_trip(a);
+  EXPECT_EQ(o.items_per_s, 0.0);
+  EXPECT_EQ(o.uptime_s, 0.0);
+  EXPECT_EQ(o.input_wait_s, 1.5);
+  MetricsSnapshot m;
+  MetricFamily f;
+  f.name = "shardyard_x";
+  f.bounds = {0.5, std::numeric_limits<double>::infinity()};
+  MetricPoint p;
+  p.value = -std::numeric_limits<double>::infinity();
+  p.sum = 2.0;
+  f.points.push_back(p);
+  m.families.push_back(f);
+  auto back = round_trip(m);
+  ASSERT_EQ(back.families.size(), 1u);
+  EXPECT_EQ(back.families[0].bounds, (std::vector<double>{0.5, 0.0}));
+  EXPECT_EQ(back.families[0].points[0].value, 0.0);
+  EXPECT_EQ(back.families[0].points[0].sum, 2.0);
 }
 
 }  // namespace

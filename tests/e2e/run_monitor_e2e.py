@@ -330,6 +330,83 @@ def case_monitor_tty(tmp):
         job.stop()
 
 
+def case_launched_job(tmp):
+    """A job of 3 rank processes started with tools/shardyard-launch --metrics-port: the
+    coordinator's endpoints show the whole job (every rank's actors with its own pid, every
+    rank's series), and a rank that stops answering shows as unresponsive in time."""
+    data = os.path.join(tmp, "data")
+    subprocess.run([sys.executable, os.path.join(HERE, "make_dataset.py"), "--out", data,
+                    "--shards", "8", "--samples", "200", "--bytes", "512", "--seed", "3"],
+                   check=True, stdout=subprocess.DEVNULL)
+    port = free_port()
+    launch = os.path.join(HERE, "..", "..", "tools", "shardyard-launch")
+    log = open(os.path.join(tmp, "launch.log"), "w")
+    proc = subprocess.Popen(
+        [sys.executable, launch, "--shardyard", ARGS.shardyard, "--metrics-port", str(port),
+         "--nproc-per-node", "3", "--", ARGS.shardyard, "run", "--source",
+         data + "/shard-{000000..000007}.tar", "--workers", "2", "--batch-size", "4",
+         "--epochs", "1000", "--map", "sleep:us=5000", "--cache-dir", os.path.join(tmp, "cache")],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def every_rank_running():
+            code, _, body = http(port, "/status")
+            s = json.loads(body)
+            return s if len(s["ranks"]) == 3 and all(r["step"] > 0 for r in s["ranks"]) else None
+        wait_for("every rank process mid-epoch", every_rank_running, timeout=120)
+        p = run_monitor(port, "--once", "--json")
+        check(p.returncode == 0, f"monitor --once --json exited {p.returncode}: {p.stderr}")
+        s = json.loads(p.stdout)
+        roles = {}
+        for a in s["actors"]:
+            roles.setdefault((a["role"], a["rank"] if a["role"] != "coordinator" else -1),
+                             []).append(a)
+        coordinator = roles.get(("coordinator", -1), [])
+        check(len(coordinator) == 1, f"one coordinator: {coordinator}")
+        pids = {}
+        for r in range(3):
+            for role, n in (("loader", 1), ("dispatcher", 1), ("checkpoint", 1), ("worker", 2)):
+                got = roles.get((role, r), [])
+                check(len(got) == n, f"rank {r}: {len(got)} {role} actor(s), not {n}")
+                for a in got:
+                    pids.setdefault(r, set()).add(a["pid"])
+                    check(a["node"] == socket.gethostname(), f"node {a['node']}")
+        check(all(len(p) == 1 for p in pids.values()) and
+              len({next(iter(p)) for p in pids.values()}) == 3,
+              f"each rank's actors share one pid, and the 3 ranks have 3: {pids}")
+        check(coordinator and coordinator[0]["pid"] not in {next(iter(p)) for p in pids.values()},
+              "the coordinator runs in a process of its own")
+        check(s["job"]["world_size"] == 3 and s["job"]["workers"] == 2, f"job {s['job']}")
+        _, ctype, metrics = http(port, "/metrics")
+        for r in range(3):
+            check(f'shardyard_items_total{{' in metrics and f'rank="{r}"' in metrics,
+                  f"/metrics has no series of rank {r}")
+        # A rank that stops answering: /status still answers in time, naming it.
+        victim = next(iter(pids[1]))
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            _, _, body = http(port, "/status", timeout=10)
+            took = time.monotonic() - t0
+            st = json.loads(body)
+            loaders = [a for a in st["actors"] if a["role"] == "loader" and a["rank"] == 1]
+            check(took < 5, f"/status took {took:.1f} s with a stopped rank")
+            check(loaders and loaders[0]["state"] == "unresponsive",
+                  f"the stopped rank's loader: {loaders}")
+        finally:
+            os.kill(victim, signal.SIGCONT)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        log.close()
+
+
 def case_http_errors(tmp):
     """Bad requests get HTTP errors; the endpoint stops when the run ends; the summary says
     which port it served on."""
