@@ -139,13 +139,9 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
       where = HostPort{"127.0.0.1", 0};
       where_source = "the rendezvous file " + options.rendezvous_file;
     }
-    net.heartbeat_interval_ms = options.heartbeat_interval_ms;
-    net.connection_timeout_ms = options.connection_timeout_ms;
-    net.tls = net::use_tls(where.host, options.force_tls);
-    if (net.tls) {
-      SY_ASSIGN_OR_RETURN(d.tls, net::TlsIdentity::create(token));
-      net.tls_dir = d.tls->dir();
-    }
+    SY_ASSIGN_OR_RETURN(
+        net, net::net_options(options.heartbeat_interval_ms, options.connection_timeout_ms,
+                              where.host, options.force_tls, token, &d.tls));
   }
 
   // The Env's configuration (actors/system_config.h by default); the messages are registered

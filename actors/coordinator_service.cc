@@ -53,14 +53,9 @@ Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
   auto log = o.log ? o.log : [](const std::string& line) {
     std::fprintf(stderr, "shardyard coordinator: %s\n", line.c_str());
   };
-  net::NetOptions net;
-  net.heartbeat_interval_ms = o.heartbeat_interval_ms;
-  net.connection_timeout_ms = o.connection_timeout_ms;
-  net.tls = net::use_tls(listen.host, o.force_tls);
-  if (net.tls) {
-    SY_ASSIGN_OR_RETURN(d.tls, net::TlsIdentity::create(token));
-    net.tls_dir = d.tls->dir();
-  }
+  SY_ASSIGN_OR_RETURN(net::NetOptions net,
+                      net::net_options(o.heartbeat_interval_ms, o.connection_timeout_ms,
+                                       listen.host, o.force_tls, token, &d.tls));
   register_protocol(d.cfg);
   net::enable_network(d.cfg, net);
   d.cfg.set("scheduler.max-threads", 2);

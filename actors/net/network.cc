@@ -56,6 +56,20 @@ TlsIdentity::~TlsIdentity() {
   ::rmdir(dir_.c_str());
 }
 
+Result<NetOptions> net_options(uint32_t heartbeat_interval_ms, uint32_t connection_timeout_ms,
+                               const std::string& host, bool force_tls, const std::string& token,
+                               std::unique_ptr<TlsIdentity>* tls) {
+  NetOptions net;
+  net.heartbeat_interval_ms = heartbeat_interval_ms;
+  net.connection_timeout_ms = connection_timeout_ms;
+  net.tls = use_tls(host, force_tls);
+  if (net.tls) {
+    SY_ASSIGN_OR_RETURN(*tls, TlsIdentity::create(token));
+    net.tls_dir = (*tls)->dir();
+  }
+  return net;
+}
+
 Result<std::string> job_token(const std::string& token, const std::string& token_file) {
   if (!token.empty()) return token;
   if (!token_file.empty()) return read_token_file(token_file);

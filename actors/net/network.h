@@ -50,6 +50,13 @@ class TlsIdentity {
   std::string dir_;
 };
 
+// The network settings of a process that talks to `host` (the coordinator's address): the
+// heartbeats, and TLS when use_tls() says so, with the token's identity written into a
+// private folder that `*tls` then owns (it must outlive the actor system).
+Result<NetOptions> net_options(uint32_t heartbeat_interval_ms, uint32_t connection_timeout_ms,
+                               const std::string& host, bool force_tls, const std::string& token,
+                               std::unique_ptr<TlsIdentity>* tls);
+
 // The job's token: `token` itself, else the first line of `token_file`, else empty.
 Result<std::string> job_token(const std::string& token, const std::string& token_file);
 
