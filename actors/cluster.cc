@@ -59,10 +59,6 @@ Status LoaderOptions::validate() const {
   if (metrics_port < -1 || metrics_port > 65535)
     return invalid_argument("metrics_port must be -1 (off), 0 (a free port) or a port");
   if (placement == WorkerPlacement::kLocal) {
-    if (dispatch != Dispatch::kNone)
-      return invalid_argument(
-          std::string("placement local runs workers that read their own shards; dispatch ") +
-          dispatch_name(dispatch) + " needs placement inproc (docs/worker-processes.md)");
     if (env && env->file_system() != &io::default_file_system())
       return invalid_argument(
           "placement local: worker processes read through the default file system, not the "
@@ -149,11 +145,6 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   const auto& job = d.job;
   SY_RETURN_IF_ERROR(io::check_sample_bytes(*job->manifest, options.max_sample_bytes));
   if (options.placement == WorkerPlacement::kLocal) {
-    if (job->dispatch != Dispatch::kNone)
-      return invalid_argument(std::string("placement local runs workers that read their own "
-                                          "shards; this pipeline needs dispatch ") +
-                              dispatch_name(job->dispatch) +
-                              " (its non-replicable stages): use placement inproc");
     WorkerProcessOptions wopts;
     wopts.binary = options.worker_binary;
     wopts.max_restarts = options.max_worker_restarts;

@@ -205,6 +205,7 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
         const uint64_t window = route.window();
         for (uint64_t i = part.begin; i < part.end; i += part.step) {
           const uint64_t position = shard.first_position + i;
+          if (position < skip_below_) continue;
           // Every worker produces positions of the same shard: in exact order none runs
           // more than the window ahead of the loader, which bounds the loader's reorder
           // buffer (as completed, the channel's capacity is the only bound needed).

@@ -85,6 +85,9 @@ class WorkerCore : public UnitRunner {
   // Called with every item before the worker's stages run on it (a worker process shows
   // its rank which item it is on, so that a crash in a stage names the item).
   void set_on_item(std::function<void(const Item&)> on_item) { on_item_ = std::move(on_item); }
+  // Items of loaded shards (broadcast) at rank positions below this are skipped, stages and
+  // all: a worker process that takes over from a dead one starts where it stopped.
+  void set_skip_below(uint64_t position) { skip_below_ = position; }
 
  private:
   Status produce(const WorkUnit& unit, io::Channel& channel, UnitStats* stats);
@@ -95,6 +98,7 @@ class WorkerCore : public UnitRunner {
   io::SampleReader reader_;
   std::shared_ptr<RoleStats> stats_;  // the worker's, from job->status (null: none)
   std::function<void(const Item&)> on_item_;
+  uint64_t skip_below_ = 0;
 };
 
 // The WORKER level on a loaded shard of `items` items (broadcast dispatch): worker `worker`

@@ -12,13 +12,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "actors/state/status_board.h"
 #include "io/format/record_scan.h"
 #include "io/remote/remote_file_system.h"
 #include "io/transport/shm_channel.h"
+#include "io/transport/shm_shard.h"
 #include "io/transport/unix_socket.h"
 #include "runtime/clock.h"
 #include "runtime/codec.h"
@@ -37,6 +41,11 @@ enum ControlFrame : uint16_t {
   kUnitFrame = 103,    // rank -> worker: a work unit; fd: the unit's channel socket
   kDoneFrame = 104,    // worker -> rank: the unit's items, bytes and status
   kFailedFrame = 105,  // worker -> rank: it cannot build the job (the message)
+  // During a unit of a dispatch mode:
+  kShardFrame = 106,       // rank -> worker: a loaded shard (broadcast); fd: its image
+  kRouteEndFrame = 107,    // rank -> worker: the route ended (its status)
+  kCreditWantFrame = 108,  // worker -> rank: wait until the loader consumed below a position
+  kCreditFrame = 109,      // rank -> worker: the loader consumed everything below this
 };
 constexpr uint32_t kControlVersion = 1;
 constexpr size_t kControlFrameBytes = 1 << 20;
@@ -66,8 +75,8 @@ std::string encode_unit(const WorkUnit& u) {
   return std::move(w.out);
 }
 
-Result<WorkUnit> decode_unit(std::string_view body) {
-  ByteReader r(body);
+// The unit; what follows it in the frame is the caller's to read.
+Result<WorkUnit> decode_unit(ByteReader& r) {
   WorkUnit u;
   u.rank = r.u32();
   u.worker = r.u32();
@@ -87,8 +96,25 @@ Result<WorkUnit> decode_unit(std::string_view body) {
   for (uint32_t i = 0; i < states; ++i) u.stage_states.push_back(r.str());
   u.rescaled = r.flag();
   u.route = r.str();
-  if (!r.done()) return corrupt("a damaged unit frame");
+  if (r.failed()) return corrupt("a damaged unit frame");
   return u;
+}
+
+std::string encode_status(const Status& st) {
+  ByteWriter w;
+  w.u32(static_cast<uint32_t>(st.code()));
+  w.str(st.message());
+  return std::move(w.out);
+}
+
+Status decode_status(std::string_view body) {
+  ByteReader r(body);
+  const uint32_t code = r.u32();
+  std::string message = r.str();
+  if (!r.done() || code > static_cast<uint32_t>(StatusCode::kUnavailable))
+    return corrupt("a damaged status in a control frame");
+  if (code == 0) return Status::ok();
+  return Status(static_cast<StatusCode>(code), std::move(message));
 }
 
 std::string encode_done(const Result<UnitStats>& r) {
@@ -141,6 +167,194 @@ std::string self_binary() {
 
 // ---- the rank's side ---------------------------------------------------------------------
 
+// Where a feed sends to: the current worker process's input channel (routed items) or its
+// control socket (loaded shards, broadcast).
+struct FeedSink {
+  std::shared_ptr<io::ShmProducer> input;
+  std::shared_ptr<io::UnixSocket> control;
+};
+
+// The route's deliveries for one worker, taken on a thread of its own and sent on to the
+// worker process. What was sent and not handed back yet stays pending, so that the process
+// that takes over from a dead one gets it again, in the same order.
+class UnitFeed {
+ public:
+  UnitFeed(std::shared_ptr<io::Route> route, std::shared_ptr<WorkerLaunch> launch,
+           const JobData& job, uint32_t rank, uint32_t worker)
+      : route_(std::move(route)),
+        launch_(std::move(launch)),
+        rank_(rank),
+        worker_(worker),
+        workers_(job.topology.workers),
+        contiguous_(job.plan.worker_strategy == "contiguous") {}
+  ~UnitFeed() { join(); }
+
+  // A new process takes the feed: what is pending goes to it first (on a thread, so that
+  // the caller can go on taking the process's output meanwhile), then the rest.
+  void attach(FeedSink sink) {
+    if (resend_.joinable()) resend_.join();
+    resend_ = std::thread([this, sink = std::move(sink)]() {
+      std::lock_guard<std::mutex> sending(send_mu_);
+      sink_ = sink;
+      std::vector<Entry> again;
+      {
+        std::lock_guard<std::mutex> lock(pending_mu_);
+        again.assign(pending_.begin(), pending_.end());
+      }
+      for (const auto& e : again) deliver(e);
+      if (ended_) send_end();
+    });
+    if (!thread_.joinable()) thread_ = std::thread([this]() { loop(); });
+  }
+  // The item at `position` was handed to the rank's channel.
+  void handed(uint64_t position) {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    next_position_ = position + 1;
+    while (!pending_.empty()) {
+      Entry& e = pending_.front();
+      if (e.shard) {
+        if (position < e.last_position) break;
+      } else {
+        while (e.begin < e.items.size() && e.items[e.begin].position <= position) ++e.begin;
+        if (e.begin < e.items.size()) break;
+      }
+      pending_.pop_front();
+    }
+  }
+  // Rank positions below this were handed over (a new process skips them in loaded shards).
+  uint64_t skip_below() const {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    return next_position_;
+  }
+  const std::shared_ptr<io::Route>& route() const { return route_; }
+  // The unit failed: the route is reset (the epoch fails anyway), so the feed ends.
+  void abandon() { route_->cancel(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+    if (resend_.joinable()) resend_.join();
+  }
+
+ private:
+  struct Entry {
+    std::vector<Item> items;  // routed items from `begin` on
+    size_t begin = 0;
+    std::shared_ptr<const io::SharedShard> shard;  // or a loaded shard, as an image
+    std::shared_ptr<io::ShmShardImage> image;
+    uint64_t last_position = 0;  // the last position of this worker's part of the shard
+  };
+
+  void loop() {
+    for (;;) {
+      auto d = route_->receive(worker_, true);
+      std::lock_guard<std::mutex> sending(send_mu_);
+      if (!d.is_ok() || d->kind == io::Delivery::Kind::kEnd) {
+        ended_ = true;
+        end_ = d.is_ok() ? Status::ok() : d.status();
+        send_end();
+        return;
+      }
+      Entry e;
+      if (d->kind == io::Delivery::Kind::kItems) {
+        if (d->items.empty()) continue;
+        e.items = std::move(d->items);
+      } else {
+        const auto& shard = *d->shard;
+        const ShardPart part = shard_part(shard.items.size(), worker_, workers_, contiguous_);
+        if (part.begin >= part.end) continue;  // nothing of this shard for this worker
+        auto image = launch_->shard_image(rank_, d->shard);
+        if (!image.is_ok()) {
+          ended_ = true;
+          end_ = image.status();
+          send_end();
+          route_->cancel();
+          return;
+        }
+        e.image = std::move(*image);
+        e.shard = std::move(d->shard);
+        e.last_position =
+            shard.first_position + part.begin + (part.end - 1 - part.begin) / part.step * part.step;
+      }
+      {
+        std::lock_guard<std::mutex> lock(pending_mu_);
+        pending_.push_back(e);
+      }
+      deliver(e);
+    }
+  }
+  // Sends one entry to the current process; a dead one is not an error here (the entry
+  // stays pending and goes to the next one).
+  void deliver(const Entry& e) {
+    if (e.shard) {
+      if (!sink_.control) return;
+      auto fd = e.image->share();
+      if (!fd.is_ok()) return;
+      io::Frame f{kShardFrame, {}, {}};
+      f.fds.push_back(std::move(*fd));
+      (void)sink_.control->send(f, 60000);
+      return;
+    }
+    if (!sink_.input) return;
+    io::Packet p;
+    p.items.assign(e.items.begin() + static_cast<std::ptrdiff_t>(e.begin), e.items.end());
+    for (const auto& item : p.items) p.bytes += item.payload_bytes();
+    (void)sink_.input->push(std::move(p));
+  }
+  void send_end() {
+    if (sink_.input) sink_.input->finish(end_);
+    if (sink_.control && (!sink_.input || !end_.is_ok()))
+      (void)sink_.control->send(io::Frame{kRouteEndFrame, encode_status(end_), {}}, 10000);
+  }
+
+  std::shared_ptr<io::Route> route_;
+  std::shared_ptr<WorkerLaunch> launch_;
+  const uint32_t rank_, worker_, workers_;
+  const bool contiguous_;
+  std::mutex send_mu_;  // one sender at a time: the loop or a resend
+  FeedSink sink_;       // guarded by send_mu_
+  bool ended_ = false;  // guarded by send_mu_
+  Status end_;          // guarded by send_mu_
+  mutable std::mutex pending_mu_;
+  std::deque<Entry> pending_;   // guarded by pending_mu_
+  uint64_t next_position_ = 0;  // guarded by pending_mu_
+  std::thread thread_, resend_;
+};
+
+// What a worker process said at the end of a unit, read on a thread of its own during a
+// routed unit (which also answers the process's requests for the loader's credit).
+struct ControlOutcome {
+  io::UnixSocket::Received got = io::UnixSocket::Received::kClosed;
+  Result<UnitStats> done = internal_error("no done frame");
+};
+
+void read_control(std::shared_ptr<io::UnixSocket> control, std::shared_ptr<io::Route> route,
+                  std::shared_ptr<std::promise<Result<ControlOutcome>>> out) {
+  for (;;) {
+    io::Frame f;
+    auto got = control->receive(&f, 1000);
+    if (!got.is_ok()) return out->set_value(got.status());
+    if (*got == io::UnixSocket::Received::kTimeout) continue;
+    if (*got == io::UnixSocket::Received::kClosed) return out->set_value(ControlOutcome{});
+    if (f.type == kCreditWantFrame) {
+      ByteReader r(f.body);
+      const uint64_t position = r.u64();
+      // Until the loader consumed up to there (or the route was reset: the answer then
+      // changes nothing, the worker's next receive fails).
+      (void)route->wait_consumed(position);
+      ByteWriter w;
+      w.u64(route->consumed_position());
+      (void)control->send(io::Frame{kCreditFrame, w.out, {}}, 10000);
+      continue;
+    }
+    if (f.type != kDoneFrame)
+      return out->set_value(corrupt("a worker process sent a control frame of type " +
+                                    std::to_string(f.type) + " in its unit"));
+    ControlOutcome o;
+    o.got = io::UnixSocket::Received::kFrame;
+    o.done = decode_done(f.body);
+    return out->set_value(std::move(o));
+  }
+}
+
 class ProcessRunner : public UnitRunner {
  public:
   ProcessRunner(std::shared_ptr<WorkerLaunch> launch, std::shared_ptr<const JobData> job,
@@ -167,8 +381,9 @@ class ProcessRunner : public UnitRunner {
   }
 
   Status run_unit(const WorkUnit& unit, io::Channel& channel, UnitStats* stats);
-  Outcome attempt(WorkUnit* rest, const std::map<uint32_t, size_t>& slot, io::Channel& channel,
-                  UnitStats* stats, std::shared_ptr<const std::string>* last_state, Status* error);
+  Outcome attempt(WorkUnit* rest, const std::map<uint32_t, size_t>& slot, UnitFeed* feed,
+                  io::Channel& channel, UnitStats* stats,
+                  std::shared_ptr<const std::string>* last_state, Status* error);
   Status start();
   // Waits for the done frame of the unit just run; kClosed when the process died first.
   Result<io::UnixSocket::Received> await_done(int timeout_ms, Result<UnitStats>* done);
@@ -181,30 +396,49 @@ class ProcessRunner : public UnitRunner {
   const uint32_t rank_, worker_;
   std::shared_ptr<RoleStats> stats_;
   pid_t pid_ = -1;
-  io::UnixSocket control_;
+  // Shared with the thread that reads it during a routed unit (which may outlive a dead
+  // process's unit by a little).
+  std::shared_ptr<io::UnixSocket> control_;
   std::shared_ptr<io::ShmMapping> page_;
   uint64_t restarts_ = 0;
 };
 
 Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitStats* stats) {
-  if (!unit.route.empty())
-    return invalid_argument(
-        "placement local runs workers that read their own shards (dispatch "
-        "none); routed and broadcast dispatch need placement inproc");
   std::map<uint32_t, size_t> slot;  // logical shard -> its index in the unit
   for (size_t i = 0; i < unit.shards.size(); ++i) slot[unit.shards[i]] = i;
+  std::unique_ptr<UnitFeed> feed;
+  if (!unit.route.empty()) {
+    auto route = job_->data_plane->attach_route(unit.route);
+    if (!route)
+      return internal_error("worker " + std::to_string(worker_) + ": no route '" + unit.route +
+                            "'");
+    feed = std::make_unique<UnitFeed>(std::move(route), launch_, *job_, rank_, worker_);
+  }
   WorkUnit rest = unit;
   rest.consumed.resize(rest.shards.size(), 0);
   std::shared_ptr<const std::string> last_state;
   uint64_t handed_at_death = UINT64_MAX;
   uint32_t fruitless = 0;  // deaths in a row without an item handed over in between
   const uint32_t max_restarts = launch_->options().max_restarts;
+  auto failed = [&](Status st) {
+    if (feed) {
+      feed->abandon();
+      feed->join();
+    }
+    return st;
+  };
   for (;;) {
-    if (pid_ < 0) SY_RETURN_IF_ERROR(start());
+    if (pid_ < 0) {
+      Status started = start();
+      if (!started.is_ok()) return failed(started);
+    }
     Status error;
-    const Outcome outcome = attempt(&rest, slot, channel, stats, &last_state, &error);
-    if (outcome == Outcome::kDone) return Status::ok();
-    if (outcome == Outcome::kFailed) return error;
+    const Outcome outcome = attempt(&rest, slot, feed.get(), channel, stats, &last_state, &error);
+    if (outcome == Outcome::kDone) {
+      if (feed) feed->join();
+      return Status::ok();
+    }
+    if (outcome == Outcome::kFailed) return failed(error);
     // The process died: what it handed over stays handed over; the rest goes to a new one.
     const pid_t pid = pid_;
     const std::string key = current_key();
@@ -214,14 +448,14 @@ Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitS
     const std::string what = "worker " + std::to_string(worker_) + " of rank " +
                              std::to_string(rank_) + " (pid " + std::to_string(pid) + ") " + how +
                              (key.empty() ? std::string() : " on item '" + key + "'") +
-                             " in its unit of epoch " + std::to_string(unit.epoch) + " after " +
-                             std::to_string(stats->items) + " items";
+                             " in its unit of epoch " + std::to_string(unit.epoch) +
+                             " after handing over " + std::to_string(stats->items) + " items";
     if (fruitless > max_restarts)
-      return internal_error(
+      return failed(internal_error(
           what + ": it died " + std::to_string(fruitless) +
           " times in a row without handing over another item (a poison sample?); the run stops "
           "after " +
-          std::to_string(max_restarts) + " restarts (max_worker_restarts, --max-worker-restarts)");
+          std::to_string(max_restarts) + " restarts (max_worker_restarts, --max-worker-restarts)"));
     ++restarts_;
     launch_->count_restart();
     launch_->log(what + "; starting a new one (restart " + std::to_string(restarts_) +
@@ -235,28 +469,45 @@ Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitS
   }
 }
 
-ProcessRunner::Outcome ProcessRunner::attempt(WorkUnit* rest,
-                                              const std::map<uint32_t, size_t>& slot,
-                                              io::Channel& channel, UnitStats* stats,
-                                              std::shared_ptr<const std::string>* last_state,
-                                              Status* error) {
+ProcessRunner::Outcome ProcessRunner::attempt(
+    WorkUnit* rest, const std::map<uint32_t, size_t>& slot, UnitFeed* feed, io::Channel& channel,
+    UnitStats* stats, std::shared_ptr<const std::string>* last_state, Status* error) {
   auto fail = [&](Status st) {
     *error = std::move(st);
     return Outcome::kFailed;
   };
-  auto ends = io::UnixSocket::pair();
-  if (!ends.is_ok()) return fail(ends.status());
-  auto theirs = dup_fd(ends->second.fd());
-  if (!theirs.is_ok()) return fail(theirs.status());
-  ends->second = io::UnixSocket();
+  const bool routed = feed && job_->dispatch != Dispatch::kBroadcast;
+  // The unit's channel (the worker's output) and, for routed items, its input.
+  auto out_ends = io::UnixSocket::pair();
+  if (!out_ends.is_ok()) return fail(out_ends.status());
+  Result<std::pair<io::UnixSocket, io::UnixSocket>> in_ends = invalid_argument("unused");
+  if (routed) {
+    in_ends = io::UnixSocket::pair();
+    if (!in_ends.is_ok()) return fail(in_ends.status());
+  }
   io::Frame f{kUnitFrame, encode_unit(*rest), {}};
+  ByteWriter tail;
+  tail.u64(feed ? feed->skip_below() : 0);
+  tail.u32(feed ? feed->route()->window() : 0);
+  f.body += tail.out;
   if (f.body.size() > kControlFrameBytes - io::kFrameHeaderBytes)
     return fail(
         invalid_argument("the unit of " + who() + " takes " + std::to_string(f.body.size()) +
                          " bytes (its saved stage states), more than a control frame holds"));
-  f.fds.push_back(std::move(*theirs));
-  const bool sent = control_.send(f, 30000).is_ok();
-  // The worker's end must be open in the worker alone, or its death is never seen.
+  {
+    auto theirs = dup_fd(out_ends->second.fd());
+    if (!theirs.is_ok()) return fail(theirs.status());
+    f.fds.push_back(std::move(*theirs));
+    out_ends->second = io::UnixSocket();
+  }
+  if (routed) {
+    auto theirs = dup_fd(in_ends->second.fd());
+    if (!theirs.is_ok()) return fail(theirs.status());
+    f.fds.push_back(std::move(*theirs));
+    in_ends->second = io::UnixSocket();
+  }
+  const bool sent = control_->send(f, 30000).is_ok();
+  // The worker's ends must be open in the worker alone, or its death is never seen.
   f.fds.clear();
   if (!sent) return Outcome::kDied;
 
@@ -266,7 +517,7 @@ ProcessRunner::Outcome ProcessRunner::attempt(WorkUnit* rest,
   o.segment.dir = launch_->options().shm_dir;
   o.segment.size_option = "LoaderOptions::shm_arena_bytes (shardyard run --shm-arena-mb)";
   std::vector<io::ShmPeer> peers;
-  peers.push_back(io::ShmPeer{std::move(ends->first), who()});
+  peers.push_back(io::ShmPeer{std::move(out_ends->first), who()});
   auto consumer = io::ShmConsumer::open(std::move(peers), o);
   Result<UnitStats> done = internal_error("no done frame");
   if (!consumer.is_ok()) {
@@ -274,6 +525,24 @@ ProcessRunner::Outcome ProcessRunner::attempt(WorkUnit* rest,
     auto got = await_done(10000, &done);
     if (got.is_ok() && *got == io::UnixSocket::Received::kClosed) return Outcome::kDied;
     return fail(consumer.status());
+  }
+  std::future<Result<ControlOutcome>> control_outcome;
+  if (feed) {
+    FeedSink sink;
+    if (routed) {
+      auto input = io::ShmProducer::connect(std::move(in_ends->first), 30000);
+      if (!input.is_ok()) {
+        auto got = await_done(10000, &done);
+        if (got.is_ok() && *got == io::UnixSocket::Received::kClosed) return Outcome::kDied;
+        return fail(input.status());
+      }
+      sink.input = std::move(*input);
+    }
+    sink.control = control_;
+    feed->attach(std::move(sink));
+    auto promise = std::make_shared<std::promise<Result<ControlOutcome>>>();
+    control_outcome = promise->get_future();
+    std::thread(read_control, control_, feed->route(), promise).detach();
   }
   auto& in = **consumer;
   Status pop_error;
@@ -289,29 +558,47 @@ ProcessRunner::Outcome ProcessRunner::attempt(WorkUnit* rest,
     std::vector<std::pair<size_t, uint64_t>> taken;
     std::shared_ptr<const std::string> state;
     const uint64_t items = packet.items.size(), bytes = packet.bytes;
+    uint64_t last_position = 0;
     for (const auto& item : packet.items) {
+      last_position = item.position;
+      if (item.stage_state) state = item.stage_state;
+      if (feed) continue;
       auto it = slot.find(item.shard);
       if (it == slot.end())
         return fail(corrupt(who() + " handed over item '" + item.key + "' of logical shard " +
                             std::to_string(item.shard) + ", which is not in its unit"));
       if (taken.empty() || taken.back().first != it->second) taken.emplace_back(it->second, 0);
       ++taken.back().second;
-      if (item.stage_state) state = item.stage_state;
     }
     Status pushed = channel.push(std::move(packet));
     if (!pushed.is_ok()) {
       // The loader gave up on the epoch: the worker's next push fails and it answers.
       in.cancel();
-      (void)await_done(10000, &done);
+      if (!feed) (void)await_done(10000, &done);
       return fail(pushed);
     }
     for (const auto& [i, n] : taken) rest->consumed[i] += n;
+    if (feed && items > 0) feed->handed(last_position);
     if (state) *last_state = std::move(state);
     stats->items += items;
     stats->bytes += bytes;
     if (stats_) stats_->add(items, bytes);
   }
-  auto got = await_done(pop_error.is_ok() ? 60000 : 5000, &done);
+  const int wait_ms = pop_error.is_ok() ? 60000 : 5000;
+  Result<io::UnixSocket::Received> got = io::UnixSocket::Received::kTimeout;
+  if (feed) {
+    if (control_outcome.wait_for(std::chrono::milliseconds(wait_ms)) == std::future_status::ready) {
+      auto o = control_outcome.get();
+      if (!o.is_ok()) {
+        got = o.status();
+      } else {
+        got = o->got;
+        done = std::move(o->done);
+      }
+    }
+  } else {
+    got = await_done(wait_ms, &done);
+  }
   if (!got.is_ok()) return fail(got.status());
   if (*got == io::UnixSocket::Received::kClosed) {
     // Dead after it finished the channel: the unit is whole.
@@ -336,20 +623,14 @@ ProcessRunner::Outcome ProcessRunner::attempt(WorkUnit* rest,
 
 Result<io::UnixSocket::Received> ProcessRunner::await_done(int timeout_ms,
                                                            Result<UnitStats>* done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    io::Frame f;
-    SY_ASSIGN_OR_RETURN(auto got,
-                        control_.receive(&f, static_cast<int>(std::max<int64_t>(0, left.count()))));
-    if (got != io::UnixSocket::Received::kFrame) return got;
-    if (f.type != kDoneFrame)
-      return corrupt(who() + " sent a control frame of type " + std::to_string(f.type) +
-                     " where its done frame was due");
-    *done = decode_done(f.body);
-    return got;
-  }
+  io::Frame f;
+  SY_ASSIGN_OR_RETURN(auto got, control_->receive(&f, timeout_ms));
+  if (got != io::UnixSocket::Received::kFrame) return got;
+  if (f.type != kDoneFrame)
+    return corrupt(who() + " sent a control frame of type " + std::to_string(f.type) +
+                   " where its done frame was due");
+  *done = decode_done(f.body);
+  return got;
 }
 
 Status ProcessRunner::start() {
@@ -397,7 +678,7 @@ Status ProcessRunner::start() {
                     std::to_string(rank_) + " as a process of " + binary + ": " +
                     std::strerror(rc));
   pid_ = pid;
-  control_ = std::move(ends.first);
+  control_ = std::make_shared<io::UnixSocket>(std::move(ends.first));
   ends.second = io::UnixSocket();
   moved.reset();
 
@@ -417,12 +698,12 @@ Status ProcessRunner::start() {
     SY_ASSIGN_OR_RETURN(io::UniqueFd manifest_fd, launch_->manifest_fd());
     job.fds.push_back(std::move(manifest_fd));
   }
-  if (!control_.send(job, opt.start_timeout_ms).is_ok())
+  if (!control_->send(job, opt.start_timeout_ms).is_ok())
     return failed(
         "closed its control socket before it took the job: does the program call "
         "shardyard::worker_main() at the top of main? (docs/worker-processes.md)");
   io::Frame answer;
-  auto got = control_.receive(&answer, opt.start_timeout_ms);
+  auto got = control_->receive(&answer, opt.start_timeout_ms);
   if (!got.is_ok()) return failed("sent a damaged frame: " + got.status().message());
   if (*got == io::UnixSocket::Received::kClosed)
     return failed(
@@ -453,14 +734,14 @@ std::string ProcessRunner::reap() {
     suffix = " (it did not exit within 5 s and was killed)";
   }
   pid_ = -1;
-  control_ = io::UnixSocket();
+  control_.reset();
   if (got < 0) return "gone (" + std::string(std::strerror(errno)) + ")";
   return describe_exit(status) + suffix;
 }
 
 void ProcessRunner::stop() {
   if (pid_ <= 0) return;
-  control_.shutdown();  // the worker sees its control socket close and exits
+  if (control_) control_->shutdown();  // the worker sees its control socket close and exits
   (void)reap();
 }
 
@@ -545,6 +826,142 @@ Result<std::shared_ptr<const JobData>> rebuild_job(ByteReader& r, const io::Fram
   return job;
 }
 
+// The route as a worker process sees it: routed items from its input channel, loaded
+// shards and the route's end from the control socket, the loader's credit asked of the rank.
+class RemoteRoute : public io::Route {
+ public:
+  RemoteRoute(io::UnixSocket& control, Dispatch mode, uint32_t window,
+              std::shared_ptr<io::ShmConsumer> input)
+      : control_(control), mode_(mode), window_(window), input_(std::move(input)) {}
+  Status send(Item) override { return invalid_argument("send() on a worker's side"); }
+  Status send_shard(std::shared_ptr<const io::SharedShard>) override {
+    return invalid_argument("send_shard() on a worker's side");
+  }
+  void finish(Status) override {}
+  void consumed(uint64_t) override {}
+  void cancel() override {
+    if (input_) input_->cancel();
+  }
+  Dispatch mode() const override { return mode_; }
+  uint32_t window() const override { return window_; }
+  size_t depth() const override { return queued_.size(); }
+  uint64_t consumed_position() const override { return credit_; }
+
+  Result<io::Delivery> receive(uint32_t, bool wait) override {
+    if (!queued_.empty()) {
+      io::Delivery d = std::move(queued_.front());
+      queued_.pop_front();
+      return d;
+    }
+    if (!wait) return io::Delivery{};
+    if (input_) {
+      io::Packet p;
+      SY_ASSIGN_OR_RETURN(bool more, input_->pop(&p));
+      io::Delivery d;
+      if (!more) {
+        d.kind = io::Delivery::Kind::kEnd;
+      } else {
+        d.items = std::move(p.items);
+      }
+      return d;
+    }
+    for (;;) {
+      SY_RETURN_IF_ERROR(read_one());
+      if (!queued_.empty()) return receive(0, false);
+    }
+  }
+
+  Status wait_consumed(uint64_t position) override {
+    if (credit_ >= position) return Status::ok();
+    ByteWriter w;
+    w.u64(position);
+    SY_RETURN_IF_ERROR(control_.send(io::Frame{kCreditWantFrame, w.out, {}}, 30000));
+    while (credit_ < position) SY_RETURN_IF_ERROR(read_one());
+    return Status::ok();
+  }
+
+ private:
+  // One frame of the rank's: a shard or the end (queued as deliveries) or credit.
+  Status read_one() {
+    io::Frame f;
+    SY_ASSIGN_OR_RETURN(auto got, control_.receive(&f, 1000));
+    if (got == io::UnixSocket::Received::kTimeout) return Status::ok();
+    if (got == io::UnixSocket::Received::kClosed)
+      return unavailable("the rank closed this worker's control socket");
+    switch (f.type) {
+      case kCreditFrame: {
+        ByteReader r(f.body);
+        const uint64_t credit = r.u64();
+        if (!r.done()) return corrupt("a damaged credit frame");
+        credit_ = std::max(credit_, credit);
+        return Status::ok();
+      }
+      case kShardFrame: {
+        if (f.fds.size() != 1) return corrupt("a shard frame without its image");
+        SY_ASSIGN_OR_RETURN(auto view,
+                            io::ShmShardView::open(std::move(f.fds[0]), "a loaded shard"));
+        io::Delivery d;
+        d.kind = io::Delivery::Kind::kShard;
+        SY_ASSIGN_OR_RETURN(d.shard, view->materialize());
+        queued_.push_back(std::move(d));
+        return Status::ok();
+      }
+      case kRouteEndFrame: {
+        SY_RETURN_IF_ERROR(decode_status(f.body));
+        io::Delivery d;
+        d.kind = io::Delivery::Kind::kEnd;
+        queued_.push_back(std::move(d));
+        return Status::ok();
+      }
+      default:
+        return corrupt("the rank sent a control frame of type " + std::to_string(f.type) +
+                       " in a unit");
+    }
+  }
+
+  io::UnixSocket& control_;
+  const Dispatch mode_;
+  const uint32_t window_;
+  std::shared_ptr<io::ShmConsumer> input_;
+  std::deque<io::Delivery> queued_;
+  uint64_t credit_ = 0;
+};
+
+// Runs one unit frame of the rank's: connects to the unit's channel (and its input, routed
+// items), runs it, and says what came of it.
+Result<UnitStats> run_unit_frame(io::UnixSocket& control, const JobData& job, WorkerCore& core,
+                                 io::Frame& f) {
+  ByteReader r(f.body);
+  SY_ASSIGN_OR_RETURN(WorkUnit unit, decode_unit(r));
+  const uint64_t skip_below = r.u64();
+  const uint32_t window = r.u32();
+  if (!r.done()) return corrupt("a damaged unit frame");
+  const bool routed = !unit.route.empty() && job.dispatch != Dispatch::kBroadcast;
+  if (f.fds.size() != (routed ? 2u : 1u))
+    return corrupt("a unit frame with " + std::to_string(f.fds.size()) + " descriptors");
+  SY_ASSIGN_OR_RETURN(auto out_socket, io::UnixSocket::adopt(std::move(f.fds[0])));
+  SY_ASSIGN_OR_RETURN(auto output, io::ShmProducer::connect(std::move(out_socket), 30000));
+  if (unit.route.empty()) return core.run(unit, *output);
+  std::shared_ptr<io::ShmConsumer> input;
+  if (routed) {
+    SY_ASSIGN_OR_RETURN(auto in_socket, io::UnixSocket::adopt(std::move(f.fds[1])));
+    io::ShmChannelOptions o;
+    o.name = unit.channel + "/in";
+    o.arena_bytes = 16ull << 20;
+    std::vector<io::ShmPeer> peers;
+    peers.push_back(io::ShmPeer{std::move(in_socket), "the rank's dispatcher"});
+    auto opened = io::ShmConsumer::open(std::move(peers), o);
+    if (!opened.is_ok()) {
+      output->finish(opened.status());
+      return opened.status();
+    }
+    input = std::move(*opened);
+  }
+  RemoteRoute route(control, job.dispatch, window, input);
+  core.set_skip_below(skip_below);
+  return core.run(unit, *output, &route);
+}
+
 Status serve_rank(io::UnixSocket& control) {
   io::Frame frame;
   SY_ASSIGN_OR_RETURN(auto got, control.receive(&frame, 60000));
@@ -582,25 +999,10 @@ Status serve_rank(io::UnixSocket& control) {
     SY_ASSIGN_OR_RETURN(auto next, control.receive(&f, 1000));
     if (next == io::UnixSocket::Received::kClosed) return Status::ok();  // the rank let go
     if (next == io::UnixSocket::Received::kTimeout) continue;
-    if (f.type != kUnitFrame || f.fds.size() != 1)
+    if (f.type != kUnitFrame || f.fds.empty())
       return corrupt("the rank sent a frame of type " + std::to_string(f.type) +
                      " where a unit was due");
-    Result<UnitStats> result = internal_error("not run");
-    auto unit = decode_unit(f.body);
-    if (!unit.is_ok()) {
-      result = unit.status();
-    } else {
-      auto socket = io::UnixSocket::adopt(std::move(f.fds[0]));
-      if (!socket.is_ok()) {
-        result = socket.status();
-      } else {
-        auto producer = io::ShmProducer::connect(std::move(*socket), 30000);
-        if (!producer.is_ok())
-          result = producer.status();
-        else
-          result = core.run(*unit, **producer);
-      }
-    }
+    Result<UnitStats> result = run_unit_frame(control, **job, core, f);
     SY_RETURN_IF_ERROR(control.send(io::Frame{kDoneFrame, encode_done(result), {}}, 30000));
   }
 }
@@ -686,6 +1088,24 @@ void WorkerLaunch::log(const std::string& line) const {
     options_.log(line);
   else
     std::fprintf(stderr, "shardyard: %s\n", line.c_str());
+}
+
+Result<std::shared_ptr<io::ShmShardImage>> WorkerLaunch::shard_image(
+    uint32_t rank, const std::shared_ptr<const io::SharedShard>& shard) {
+  std::lock_guard<std::mutex> lock(images_mu_);
+  for (auto it = images_.begin(); it != images_.end();)
+    it = it->second.image.expired() ? images_.erase(it) : std::next(it);
+  Image& slot = images_[{rank, shard.get()}];
+  if (auto image = slot.image.lock(); image && slot.shard.lock() == shard) return image;
+  io::SegmentOptions seg;
+  seg.dir = options_.shm_dir;
+  seg.what = "the image of logical shard " + std::to_string(shard->shard) + " for rank " +
+             std::to_string(rank) + "'s worker processes";
+  SY_ASSIGN_OR_RETURN(auto made, io::ShmShardImage::create(*shard, seg));
+  auto image = std::make_shared<io::ShmShardImage>(std::move(made));
+  slot.shard = shard;
+  slot.image = image;
+  return image;
 }
 
 std::shared_ptr<UnitRunner> make_process_runner(std::shared_ptr<WorkerLaunch> launch,

@@ -26,7 +26,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +36,7 @@
 #include "actors/state/job.h"
 #include "actors/state/worker_core.h"
 #include "io/transport/shm_segment.h"
+#include "io/transport/shm_shard.h"
 #include "runtime/window.h"
 
 namespace shardyard::actors {
@@ -71,6 +74,10 @@ class WorkerLaunch {
   uint64_t restarts() const { return restarts_.load(); }
   void count_restart() { restarts_.fetch_add(1); }
   void log(const std::string& line) const;
+  // The image of a loaded shard (broadcast) that every worker process of `rank` maps: made
+  // by the first worker's feed that needs it, shared by the others while any holds it.
+  Result<std::shared_ptr<io::ShmShardImage>> shard_image(
+      uint32_t rank, const std::shared_ptr<const io::SharedShard>& shard);
 
  private:
   WorkerLaunch() = default;
@@ -79,6 +86,12 @@ class WorkerLaunch {
   std::optional<io::ShmSegment> manifest_;
   uint64_t arena_bytes_ = 0;
   std::atomic<uint64_t> restarts_{0};
+  struct Image {
+    std::weak_ptr<const io::SharedShard> shard;
+    std::weak_ptr<io::ShmShardImage> image;
+  };
+  std::mutex images_mu_;
+  std::map<std::pair<uint32_t, const io::SharedShard*>, Image> images_;  // guarded by images_mu_
 };
 
 // The runner of worker `worker` of rank `rank`: its process starts with the first unit and

@@ -128,6 +128,15 @@ def case_same_batches(tmp):
         ("R1 W2 as completed", ["--workers", "2", "--order", "as_completed"], 1),
         ("R1 W4 contiguous", ["--workers", "4", "--worker-strategy", "contiguous",
                               "--logical-shards", "16"], 1),
+        ("R1 W3 round robin count", ["--workers", "3", "--dispatch", "round_robin", "--map",
+                                     "count:field=seq", "--epochs", "2"], 1),
+        ("R2 W2 by key", ["--ranks", "2", "--workers", "2", "--dispatch", "by_key"], 2),
+        ("R1 W3 on request", ["--workers", "3", "--dispatch", "on_request"], 1),
+        ("R1 W3 broadcast count", ["--workers", "3", "--dispatch", "broadcast", "--map",
+                                   "count:field=seq", "--epochs", "2"], 1),
+        ("R2 W2 broadcast contiguous", ["--ranks", "2", "--workers", "2", "--dispatch",
+                                        "broadcast", "--worker-strategy", "contiguous"], 2),
+        ("R1 W2 once stage", ["--workers", "2", "--map", "once/count:field=order"], 1),
     ]
     for name, extra, ranks in combos:
         ref, got = os.path.join(tmp, "ref-" + name), os.path.join(tmp, "got-" + name)
@@ -160,10 +169,6 @@ def case_same_batches(tmp):
           f"windows: {a.stderr[-300:]} {b.stderr[-300:]}")
     if a.returncode == 0 and b.returncode == 0:
         same_rows(os.path.join(tmp, "w-ref"), os.path.join(tmp, "w-got"), 1, "windows")
-    # What placement local cannot run yet says so, before any worker starts.
-    p = run(base.ARGS.shardyard, source, None, "--placement", "local", "--dispatch", "broadcast")
-    check(p.returncode != 0 and "placement inproc" in p.stderr,
-          f"local + broadcast: rc {p.returncode}, {p.stderr[-300:]}")
 
 
 def start_run(binary, source, dump, *extra, env=None):
@@ -175,18 +180,28 @@ def start_run(binary, source, dump, *extra, env=None):
 
 
 def case_kill_workers(tmp):
+    """20 SIGKILLs, spread over the dispatch modes: a worker reading its own shards, routed
+    items (round robin, by key, on request) and loaded shards (broadcast)."""
     source, exp = dataset(tmp)
-    extra = ["--workers", "3", "--epochs", "2", "--map", "sleep:us=1500", "--map",
-             "count:field=seq"]
-    ref = os.path.join(tmp, "ref")
-    a = run(base.ARGS.shardyard, source, ref, *extra)
-    check(a.returncode == 0, f"undisturbed run failed: {a.stderr[-400:]}")
-    if a.returncode:
-        return
-    undisturbed = float(summary(a).get("total_seconds", 1.0))
+    modes = [("none", True), ("round_robin", True), ("broadcast", True), ("by_key", True),
+             ("on_request", False)]  # on request: which worker runs an item is not fixed
     rng = random.Random(13)
     restarts_seen = 0
     for i in range(20):
+        mode, exact = modes[i % len(modes)]
+        extra = ["--workers", "3", "--epochs", "2", "--dispatch", mode, "--map", "sleep:us=1500"]
+        if exact:
+            extra += ["--map", "count:field=seq"]
+        ref = os.path.join(tmp, f"ref-{mode}")
+        if not os.path.exists(ref):
+            a = run(base.ARGS.shardyard, source, ref, *extra)
+            check(a.returncode == 0, f"{mode}: undisturbed run failed: {a.stderr[-400:]}")
+            if a.returncode:
+                return
+            with open(os.path.join(ref, "seconds"), "w") as f:
+                f.write(str(summary(a).get("total_seconds", 1.0)))
+        with open(os.path.join(ref, "seconds")) as f:
+            undisturbed = float(f.read())
         dump = os.path.join(tmp, f"k{i}")
         p = start_run(base.ARGS.shardyard, source, dump, *extra)
         time.sleep(rng.uniform(0.05, max(0.1, undisturbed * 0.9)))
@@ -200,18 +215,22 @@ def case_kill_workers(tmp):
         except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
-            check(False, f"kill {i}: the run did not end after worker {killed} was killed")
+            check(False, f"kill {i} ({mode}): the run did not end after worker {killed} was "
+                         "killed")
             continue
-        check(p.returncode == 0, f"kill {i}: rc {p.returncode} after killing {killed}: "
-                                 f"{err[-400:]}")
+        what = f"kill {i} ({mode}, worker pid {killed})"
+        check(p.returncode == 0, f"{what}: rc {p.returncode}: {err[-400:]}")
         if p.returncode:
             continue
-        same_rows(ref, dump, 1, f"kill {i} (worker pid {killed})")
+        if exact:
+            same_rows(ref, dump, 1, what)
+        else:
+            base.check_exactly_once(base.read_dump(dump, 1), exp, 2, 8, what)
         j = json.loads(out.strip().splitlines()[-1])
         restarts_seen += j.get("worker_restarts", 0)
         if killed and j.get("worker_restarts", 0) > 0:
             check(f"pid {killed}" in err and "SIGKILL" in err and "epoch" in err,
-                  f"kill {i}: the log does not name pid {killed}, the signal and the unit: "
+                  f"{what}: the log does not name the pid, the signal and the unit: "
                   f"{err[-300:]}")
     check(restarts_seen >= 10, f"only {restarts_seen} of 20 kills met a running worker")
     print(f"kill_workers: {restarts_seen} restarts over 20 runs", file=sys.stderr)
