@@ -300,8 +300,9 @@ class UnitFeed {
     (void)sink_.input->push(std::move(p));
   }
   void send_end() {
-    if (sink_.input) sink_.input->finish(end_);
-    if (sink_.control && (!sink_.input || !end_.is_ok()))
+    if (sink_.input)
+      sink_.input->finish(end_);
+    else if (sink_.control)
       (void)sink_.control->send(io::Frame{kRouteEndFrame, encode_status(end_), {}}, 10000);
   }
 
@@ -401,6 +402,10 @@ class ProcessRunner : public UnitRunner {
   std::shared_ptr<io::UnixSocket> control_;
   std::shared_ptr<io::ShmMapping> page_;
   uint64_t restarts_ = 0;
+  // The last process reaped: its pid, and whether a signal ended it (a death, not a refusal).
+  pid_t last_pid_ = -1;
+  bool last_signaled_ = false;
+  std::string last_how_;
 };
 
 Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitStats* stats) {
@@ -428,21 +433,31 @@ Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitS
     return st;
   };
   for (;;) {
+    pid_t pid = -1;
+    std::string key, how;
     if (pid_ < 0) {
       Status started = start();
-      if (!started.is_ok()) return failed(started);
+      // A process killed while it started (the OOM killer, a kill) dies like any other; one
+      // that exits or does not answer is a refusal (a program without worker_main()).
+      if (!started.is_ok() && !last_signaled_) return failed(started);
+      if (!started.is_ok()) {
+        pid = last_pid_;
+        how = last_how_ + " while it started";
+      }
     }
-    Status error;
-    const Outcome outcome = attempt(&rest, slot, feed.get(), channel, stats, &last_state, &error);
-    if (outcome == Outcome::kDone) {
-      if (feed) feed->join();
-      return Status::ok();
+    if (pid_ > 0) {
+      Status error;
+      const Outcome outcome = attempt(&rest, slot, feed.get(), channel, stats, &last_state, &error);
+      if (outcome == Outcome::kDone) {
+        if (feed) feed->join();
+        return Status::ok();
+      }
+      if (outcome == Outcome::kFailed) return failed(error);
+      // The process died: what it handed over stays handed over; the rest goes to a new one.
+      pid = pid_;
+      key = current_key();
+      how = reap();
     }
-    if (outcome == Outcome::kFailed) return failed(error);
-    // The process died: what it handed over stays handed over; the rest goes to a new one.
-    const pid_t pid = pid_;
-    const std::string key = current_key();
-    const std::string how = reap();
     fruitless = stats->items == handed_at_death ? fruitless + 1 : 1;
     handed_at_death = stats->items;
     const std::string what = "worker " + std::to_string(worker_) + " of rank " +
@@ -634,6 +649,7 @@ Result<io::UnixSocket::Received> ProcessRunner::await_done(int timeout_ms,
 }
 
 Status ProcessRunner::start() {
+  last_signaled_ = false;
   const auto& opt = launch_->options();
   SY_ASSIGN_OR_RETURN(auto ends, io::UnixSocket::pair(kControlFrameBytes));
   io::SegmentOptions seg;
@@ -684,8 +700,8 @@ Status ProcessRunner::start() {
 
   auto failed = [&](const std::string& why) {
     const std::string who_then = who();
-    const std::string how = reap();
-    return unavailable(who_then + " " + why + " (" + how + ")");
+    last_how_ = reap();
+    return unavailable(who_then + " " + why + " (" + last_how_ + ")");
   };
   io::Frame job{kJobFrame, launch_->job_frame(), {}};
   ByteWriter tail;
@@ -733,8 +749,10 @@ std::string ProcessRunner::reap() {
     got = ::waitpid(pid_, &status, 0);
     suffix = " (it did not exit within 5 s and was killed)";
   }
+  last_pid_ = pid_;
   pid_ = -1;
   control_.reset();
+  last_signaled_ = got > 0 && WIFSIGNALED(status) && suffix.empty();
   if (got < 0) return "gone (" + std::string(std::strerror(errno)) + ")";
   return describe_exit(status) + suffix;
 }
@@ -999,6 +1017,9 @@ Status serve_rank(io::UnixSocket& control) {
     SY_ASSIGN_OR_RETURN(auto next, control.receive(&f, 1000));
     if (next == io::UnixSocket::Received::kClosed) return Status::ok();  // the rank let go
     if (next == io::UnixSocket::Received::kTimeout) continue;
+    // What the route of a unit that already ended still sent (its end after a reset, a late
+    // credit, a shard of an abandoned epoch) concerns no unit any more.
+    if (f.type == kRouteEndFrame || f.type == kCreditFrame || f.type == kShardFrame) continue;
     if (f.type != kUnitFrame || f.fds.empty())
       return corrupt("the rank sent a frame of type " + std::to_string(f.type) +
                      " where a unit was due");
