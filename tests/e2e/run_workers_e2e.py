@@ -87,6 +87,19 @@ def children(pid):
     return out
 
 
+def workers_of(pid, binary):
+    """The live worker processes of a rank process: its children running `binary` (a
+    sanitizer's symbolizer is a child too)."""
+    out = []
+    for c in children(pid):
+        try:
+            if alive(c) and os.path.realpath(f"/proc/{c}/exe") == os.path.realpath(binary):
+                out.append(c)
+        except OSError:
+            pass
+    return out
+
+
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -205,7 +218,7 @@ def case_kill_workers(tmp):
         dump = os.path.join(tmp, f"k{i}")
         p = start_run(base.ARGS.shardyard, source, dump, *extra)
         time.sleep(rng.uniform(0.05, max(0.1, undisturbed * 0.9)))
-        kids = [c for c in children(p.pid) if alive(c)]
+        kids = workers_of(p.pid, base.ARGS.shardyard)
         killed = None
         if kids:
             killed = rng.choice(kids)
@@ -294,7 +307,7 @@ def case_orphans(tmp):
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and len(kids) < 3:
                 time.sleep(0.1)
-                kids = [c for c in children(p.pid) if alive(c)]
+                kids = workers_of(p.pid, base.ARGS.shardyard)
             check(len(kids) == 3, f"round {round_}: {len(kids)} worker processes, not 3")
             time.sleep(0.3)
             os.kill(p.pid, signal.SIGKILL)
