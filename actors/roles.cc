@@ -77,6 +77,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActor
   self->state.rank = rank;
   self->state.worker = worker;
   self->state.core = runner ? std::move(runner) : std::make_shared<WorkerCore>(job, rank, worker);
+  self->state.core->prepare();  // on the actor's own thread (it is detached)
   self->state.stats = role_stats(*job, "worker", rank, worker);
   return {
       // Detached actor: the unit blocks this actor's own thread, nobody else's. It accepts the

@@ -201,7 +201,7 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
       case io::Delivery::Kind::kShard: {
         // The WORKER level on the loaded shard's item indices: this worker's part.
         const auto& shard = *d.shard;
-        const ShardPart part = shard_part(shard.items.size(), unit.worker, w_count, contiguous);
+        const ShardPart part = shard_part(shard.size(), unit.worker, w_count, contiguous);
         const uint64_t window = route.window();
         for (uint64_t i = part.begin; i < part.end; i += part.step) {
           const uint64_t position = shard.first_position + i;
@@ -214,7 +214,8 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
             WaitScope credit(stats_.get(), false);
             SY_RETURN_IF_ERROR(route.wait_consumed(position + 1 - window));
           }
-          Item item = shard.items[i];  // a copy of the views: the bytes stay shared
+          // A copy of the views (the bytes stay shared), or decoded from an image.
+          SY_ASSIGN_OR_RETURN(Item item, shard.item(i));
           item.position = position;
           SY_RETURN_IF_ERROR(emit(std::move(item)));
         }

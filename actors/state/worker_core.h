@@ -71,6 +71,9 @@ class StageRunner {
 class UnitRunner {
  public:
   virtual ~UnitRunner() = default;
+  // Called once on the thread that will run the units, before the first (a worker process
+  // starts here, so that the first epoch does not wait for it).
+  virtual void prepare() {}
   // Produces the unit into `channel` and finishes the channel (with the error, if any).
   virtual Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel) = 0;
 };

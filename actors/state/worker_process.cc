@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "actors/state/status_board.h"
 #include "io/format/record_scan.h"
@@ -259,7 +260,7 @@ class UnitFeed {
         e.items = std::move(d->items);
       } else {
         const auto& shard = *d->shard;
-        const ShardPart part = shard_part(shard.items.size(), worker_, workers_, contiguous_);
+        const ShardPart part = shard_part(shard.size(), worker_, workers_, contiguous_);
         if (part.begin >= part.end) continue;  // nothing of this shard for this worker
         auto image = launch_->shard_image(rank_, d->shard);
         if (!image.is_ok()) {
@@ -365,6 +366,12 @@ class ProcessRunner : public UnitRunner {
   }
   ~ProcessRunner() override { stop(); }
 
+  // The process starts with its worker actor (whose thread it dies with): the first epoch
+  // finds it ready. What goes wrong is said by the first unit.
+  void prepare() override {
+    if (pid_ < 0) prepared_ = start();
+  }
+
   Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel) override {
     UnitStats stats;
     Status st = run_unit(unit, channel, &stats);
@@ -406,6 +413,7 @@ class ProcessRunner : public UnitRunner {
   pid_t last_pid_ = -1;
   bool last_signaled_ = false;
   std::string last_how_;
+  Status prepared_;  // how the start in prepare() went
 };
 
 Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitStats* stats) {
@@ -436,7 +444,8 @@ Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitS
     pid_t pid = -1;
     std::string key, how;
     if (pid_ < 0) {
-      Status started = start();
+      Status started = std::exchange(prepared_, Status::ok());
+      if (started.is_ok()) started = start();
       // A process killed while it started (the OOM killer, a kill) dies like any other; one
       // that exits or does not answer is a refusal (a program without worker_main()).
       if (!started.is_ok() && !last_signaled_) return failed(started);
@@ -920,7 +929,7 @@ class RemoteRoute : public io::Route {
                             io::ShmShardView::open(std::move(f.fds[0]), "a loaded shard"));
         io::Delivery d;
         d.kind = io::Delivery::Kind::kShard;
-        SY_ASSIGN_OR_RETURN(d.shard, view->materialize());
+        d.shard = view->lazy_shard();
         queued_.push_back(std::move(d));
         return Status::ok();
       }
