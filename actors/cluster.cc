@@ -149,6 +149,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     wopts.binary = options.worker_binary;
     wopts.max_restarts = options.max_worker_restarts;
     wopts.arena_bytes = options.shm_arena_bytes;
+    wopts.prefetch_batches = options.prefetch_batches;
     wopts.sources = options.sources;
     wopts.scan_threads = options.scan_threads;
     SY_ASSIGN_OR_RETURN(d.workers, WorkerLaunch::create(*job, std::move(wopts)));

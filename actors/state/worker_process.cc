@@ -1096,14 +1096,26 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     return invalid_argument("the job's description for worker processes takes " +
                             std::to_string(w.out.size()) + " bytes, more than a control frame");
   launch->job_frame_ = std::move(w.out);
-  // The arena holds what is in flight from one worker: its packets (4 of at most 4 MiB plus
-  // one item) and the items the loader keeps of it until batches are built.
-  const uint64_t mean =
-      job.manifest->payload_bytes() / std::max<uint64_t>(1, job.index.num_items());
-  const uint64_t wanted = 5 * (job.packet_bytes + mean) + 4 * job.batch_size * (mean + 256);
-  launch->arena_bytes_ = options.arena_bytes
-                             ? options.arena_bytes
-                             : std::clamp<uint64_t>(wanted, 32ull << 20, 1ull << 30);
+  // The arena holds what is in flight from one worker: its packets (4 sent and one being
+  // written, each at most 128 items or 4 MiB plus the item that crossed) and the items of
+  // it the loader keeps until they are collated (the batches prefetched, the one being
+  // built and the one being merged). Where the rank order takes the workers' items in turn
+  // (strided, without routing by key) a batch holds about 1/W of a worker's items; twice
+  // that leaves room for unevenness. Elsewhere a batch may come from one worker alone.
+  const uint64_t mean = (spec.enabled() ? job.manifest->window_payload_bytes()
+                                        : job.manifest->payload_bytes() /
+                                              std::max<uint64_t>(1, job.index.num_items())) +
+                        256;
+  const uint64_t packet = std::min<uint64_t>(job.packet_bytes, job.packet_items * mean) + mean;
+  uint64_t held = uint64_t{job.batch_size} * mean * (options.prefetch_batches + 3);
+  const uint32_t workers = job.topology.workers;
+  const bool even = job.plan.worker_strategy == "strided" &&
+                    (job.dispatch == Dispatch::kNone || job.dispatch == Dispatch::kRoundRobin ||
+                     job.dispatch == Dispatch::kBroadcast);
+  if (even && workers > 2) held = held * 2 / workers;
+  const uint64_t wanted = 5 * packet + held;
+  launch->arena_bytes_ = options.arena_bytes ? options.arena_bytes
+                                             : std::clamp<uint64_t>(wanted, 8ull << 20, 1ull << 30);
   launch->options_ = std::move(options);
   return launch;
 }

@@ -47,11 +47,12 @@ inline constexpr char kWorkerFdEnv[] = "SHARDYARD_WORKER_FD";
 inline constexpr char kWorkerParentEnv[] = "SHARDYARD_WORKER_PARENT";
 
 struct WorkerProcessOptions {
-  std::string binary;            // the program started in worker mode; empty: this one
-  uint32_t max_restarts = 3;     // restarts of one worker without progress before the run stops
-  uint64_t arena_bytes = 0;      // shared arena of each worker's channel; 0: sized from the job
-  std::string shm_dir;           // where arenas live; empty: $SHARDYARD_SHM_DIR, else /dev/shm
-  int start_timeout_ms = 60000;  // a new worker process must be ready within this
+  std::string binary;             // the program started in worker mode; empty: this one
+  uint32_t max_restarts = 3;      // restarts of one worker without progress before the run stops
+  uint64_t arena_bytes = 0;       // shared arena of each worker's channel; 0: sized from the job
+  uint32_t prefetch_batches = 2;  // LoaderOptions::prefetch_batches (sizes the arena)
+  std::string shm_dir;            // where arenas live; empty: $SHARDYARD_SHM_DIR, else /dev/shm
+  int start_timeout_ms = 60000;   // a new worker process must be ready within this
   // A windows dataset is rebuilt by each worker from its sources (stat calls only).
   std::vector<std::string> sources;
   unsigned scan_threads = 2;
