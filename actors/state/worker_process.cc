@@ -23,6 +23,7 @@
 #include "io/format/record_scan.h"
 #include "io/remote/remote_file_system.h"
 #include "io/transport/shm_channel.h"
+#include "io/transport/shm_frames.h"
 #include "io/transport/shm_shard.h"
 #include "io/transport/unix_socket.h"
 #include "runtime/clock.h"
@@ -101,42 +102,28 @@ Result<WorkUnit> decode_unit(ByteReader& r) {
   return u;
 }
 
-std::string encode_status(const Status& st) {
-  ByteWriter w;
-  w.u32(static_cast<uint32_t>(st.code()));
-  w.str(st.message());
-  return std::move(w.out);
-}
+// A status in a control frame: the body of a shared-memory channel's finish frame.
+std::string encode_status(const Status& st) { return io::encode(io::finish_frame(st)); }
 
 Status decode_status(std::string_view body) {
-  ByteReader r(body);
-  const uint32_t code = r.u32();
-  std::string message = r.str();
-  if (!r.done() || code > static_cast<uint32_t>(StatusCode::kUnavailable))
-    return corrupt("a damaged status in a control frame");
-  if (code == 0) return Status::ok();
-  return Status(static_cast<StatusCode>(code), std::move(message));
+  SY_ASSIGN_OR_RETURN(io::FinishFrame f, io::decode_finish(body));
+  return io::finish_status(f);
 }
 
+// A done frame: u64 items | u64 bytes | the unit's status.
 std::string encode_done(const Result<UnitStats>& r) {
   ByteWriter w;
   w.u64(r.is_ok() ? r->items : 0);
   w.u64(r.is_ok() ? r->bytes : 0);
-  w.u32(static_cast<uint32_t>(r.status().code()));
-  w.str(r.status().message());
-  return std::move(w.out);
+  return w.out + encode_status(r.status());
 }
 
 Result<UnitStats> decode_done(std::string_view body) {
-  ByteReader r(body);
+  if (body.size() < 16) return corrupt("a damaged done frame from a worker process");
   UnitStats s;
-  s.items = r.u64();
-  s.bytes = r.u64();
-  const uint32_t code = r.u32();
-  std::string message = r.str();
-  if (!r.done() || code > static_cast<uint32_t>(StatusCode::kUnavailable))
-    return corrupt("a damaged done frame from a worker process");
-  if (code != 0) return Status(static_cast<StatusCode>(code), std::move(message));
+  s.items = load_le(body.data(), 8);
+  s.bytes = load_le(body.data() + 8, 8);
+  SY_RETURN_IF_ERROR(decode_status(body.substr(16)));
   return s;
 }
 
