@@ -12,8 +12,8 @@ Usage: run_workers_e2e.py --shardyard BIN --crash-shardyard BIN CASE
                 signal, item and unit, the batches are the undisturbed ones
   poison        a stage that crashes on one key every time: the run stops after
                 --max-worker-restarts restarts, naming the key
-  orphans       SIGKILL of the trainer: its worker processes are gone within 5 s, and the shm
-                folder holds what it held before
+  orphans       SIGKILL of the trainer (and once of the whole process tree): its worker
+                processes are gone within 5 s, and the shm folder holds what it held before
   checkpoint    stop at a step with worker processes, resume (other workers too): the rows
                 joined are those of an uninterrupted inproc run
   tiny_shm      a shm folder too small for the arenas (a private 1 MiB tmpfs): a clear error
@@ -312,6 +312,10 @@ def case_orphans(tmp):
                 kids = workers_of(p.pid, base.ARGS.shardyard)
             check(len(kids) == 3, f"round {round_}: {len(kids)} worker processes, not 3")
             time.sleep(0.3)
+            # The trainer alone, then (last round) the whole process tree at once.
+            if round_ == 2:
+                for k in kids:
+                    os.kill(k, signal.SIGKILL)
             os.kill(p.pid, signal.SIGKILL)
             p.communicate(timeout=30)
             t0 = time.monotonic()
