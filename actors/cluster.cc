@@ -2,6 +2,10 @@
 
 #include "actors/cluster_impl.h"
 
+#include <cstdlib>
+
+#include "io/remote/remote_file_system.h"
+
 namespace shardyard {
 
 // ---- options -----------------------------------------------------------------------------
@@ -54,7 +58,29 @@ Status LoaderOptions::validate() const {
   if (windows.enabled()) SY_RETURN_IF_ERROR(validate_window_spec(windows));
   if (metrics_port < -1 || metrics_port > 65535)
     return invalid_argument("metrics_port must be -1 (off), 0 (a free port) or a port");
+  if (placement == WorkerPlacement::kLocal) {
+    if (env && env->file_system() != &io::default_file_system())
+      return invalid_argument(
+          "placement local: worker processes read through the default file system, not the "
+          "Env's (docs/worker-processes.md)");
+  }
   return Status::ok();
+}
+
+const char* worker_placement_name(WorkerPlacement p) {
+  return p == WorkerPlacement::kLocal ? "local" : "inproc";
+}
+
+Result<WorkerPlacement> parse_worker_placement(const std::string& name) {
+  if (name == "inproc") return WorkerPlacement::kInproc;
+  if (name == "local") return WorkerPlacement::kLocal;
+  return invalid_argument("placement '" + name + "' is neither inproc nor local");
+}
+
+std::optional<int> worker_main() { return actors::run_worker_process_if_requested(); }
+
+uint64_t Cluster::worker_restarts() const {
+  return impl_->workers ? impl_->workers->restarts() : 0;
 }
 
 Cluster::Cluster() : impl_(std::make_unique<Impl>()) {}
@@ -69,6 +95,11 @@ uint32_t Cluster::logical_shards() const { return impl_->job->shards.count(); }
 Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                                                 std::vector<uint32_t> ranks) {
   SY_RETURN_IF_ERROR(options.validate());
+  if (const char* fd = std::getenv(kWorkerFdEnv); fd && *fd)
+    return invalid_argument(
+        "this process was started as a shardyard worker process (" + std::string(kWorkerFdEnv) +
+        " is set) but opened a loader: call shardyard::worker_main() at the top of main "
+        "(docs/worker-processes.md)");
   for (auto r : ranks)
     if (r >= options.world_size)
       return invalid_argument("rank " + std::to_string(r) + " is outside a world of " +
@@ -113,6 +144,16 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   SY_ASSIGN_OR_RETURN(d.job, make_job(std::move(jo)));
   const auto& job = d.job;
   SY_RETURN_IF_ERROR(io::check_sample_bytes(*job->manifest, options.max_sample_bytes));
+  if (options.placement == WorkerPlacement::kLocal) {
+    WorkerProcessOptions wopts;
+    wopts.binary = options.worker_binary;
+    wopts.max_restarts = options.max_worker_restarts;
+    wopts.arena_bytes = options.shm_arena_bytes;
+    wopts.prefetch_batches = options.prefetch_batches;
+    wopts.sources = options.sources;
+    wopts.scan_threads = options.scan_threads;
+    SY_ASSIGN_OR_RETURN(d.workers, WorkerLaunch::create(*job, std::move(wopts)));
+  }
   if (d.device)
     d.device->size_pools(
         (job->manifest->payload_bytes() / job->index.num_items() + 1024) * options.batch_size,
@@ -245,7 +286,8 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
     job->status->role("checkpoint", r);
     RankRoles roles = d.roles_of(r);
     for (uint32_t w = 0; w < options.workers; ++w)
-      roles.workers.push_back(spawn_worker(sys, job, r, w));
+      roles.workers.push_back(spawn_worker(
+          sys, job, r, w, d.workers ? make_process_runner(d.workers, job, r, w) : nullptr));
     roles.dispatcher = spawn_dispatcher(sys, job, r, job_coordinator, roles.workers, roles.loader);
     roles.checkpoint = spawn_checkpoint_actor(sys, job, r, job_coordinator, roles.dispatcher);
     MutexLock lock(&d.mu);

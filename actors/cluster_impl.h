@@ -23,6 +23,7 @@
 #include "actors/state/merger.h"
 #include "actors/state/placement.h"
 #include "actors/state/status_board.h"
+#include "actors/state/worker_process.h"
 #include "io/format/manifest_scan.h"
 #include "io/format/record_scan.h"
 #include "io/format/sample_reader.h"
@@ -67,6 +68,8 @@ struct Cluster::Impl {
   // The monitor of this process's ranks (made by start(), never reset: its endpoints stop
   // with shutdown(), and it answers nothing after that).
   std::unique_ptr<JobMonitor> monitor;
+  // Placement kLocal: what every worker process of the job is started with (null: inproc).
+  std::shared_ptr<WorkerLaunch> workers;
 
   Mutex mu;
   std::shared_ptr<ActorSystem> system SY_GUARDED_BY(mu);  // null once shut down

@@ -47,6 +47,12 @@
 
 namespace shardyard {
 
+// Where a rank's workers run (docs/worker-processes.md).
+enum class WorkerPlacement {
+  kInproc,  // threads of the trainer's process (the default)
+  kLocal,   // a process each, on the trainer's node; items cross through shared memory
+};
+
 enum class Order {
   kExact,        // batches in the global order: identical whatever the number of workers
   kAsCompleted,  // items as workers finish them: exactly once, order not reproducible
@@ -60,7 +66,19 @@ struct LoaderOptions {
   WindowSpec windows;
   uint32_t rank = 0;
   uint32_t world_size = 1;
-  uint32_t workers = 2;  // data workers per rank (threads in this placement)
+  uint32_t workers = 2;  // data workers per rank
+  // kLocal: every worker is a process of its own, this program started again in worker
+  // mode (the program calls worker_main() at the top of main, below), or worker_binary.
+  // A worker process that dies is replaced and its unit goes on where the trainer's
+  // batches stand: every item exactly once, the same batches as an undisturbed run.
+  WorkerPlacement placement = WorkerPlacement::kInproc;
+  std::string worker_binary;  // kLocal: the program started in worker mode; empty: this one
+  // kLocal: restarts of one worker in a row without progress (the same item killing it)
+  // before the run stops, naming the item.
+  uint32_t max_worker_restarts = 3;
+  // kLocal: the shared-memory arena of each worker's channel, in /dev/shm (or
+  // $SHARDYARD_SHM_DIR); 0: sized from the batch and the mean sample.
+  uint64_t shm_arena_bytes = 0;
   uint32_t batch_size = 64;
   PlanSpec plan;  // L, seed, shuffle, drop_last, strategies
   Order order = Order::kExact;
@@ -163,6 +181,20 @@ struct LoaderOptions {
   Status topology_from_env();
   Status validate() const;
 };
+
+const char* worker_placement_name(WorkerPlacement p);
+Result<WorkerPlacement> parse_worker_placement(const std::string& name);
+
+// The entry of a worker process (placement local): a program that opens loaders with
+// placement local calls it at the top of main, after registering its stages and before
+// anything else:
+//   int main(int argc, char** argv) {
+//     register_my_stages();
+//     if (auto code = shardyard::worker_main()) return *code;
+//     ...
+// In a process started as a worker it serves its rank and returns the exit code when the
+// rank lets it go; in any other process it returns nullopt at once.
+std::optional<int> worker_main();
 
 class Cluster;
 namespace actors {
@@ -282,6 +314,8 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   // epoch stays failed. For a trainer that stops on a signal; safe from any thread, any
   // number of times. Later epochs start normally.
   void interrupt();
+  // Worker processes restarted so far (placement local), over every hosted rank.
+  uint64_t worker_restarts() const;
   // The port of the monitoring endpoints (LoaderOptions::metrics_port), 0 when not served.
   uint16_t monitor_port() const;
   // What GET /status and GET /metrics answer (docs/monitor.md), without HTTP.

@@ -56,7 +56,7 @@ void record_outcome(const Result<UnitStats>& r, WorkerDone* done) {
 }
 
 struct WorkerActorState {
-  std::unique_ptr<WorkerCore> core;
+  std::shared_ptr<UnitRunner> core;
   uint32_t rank = 0, worker = 0, epoch = 0;
   uint64_t items = 0, bytes = 0;
   std::string state = "idle";
@@ -72,11 +72,12 @@ std::shared_ptr<RoleStats> role_stats(const JobData& job, const char* role, uint
 
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<WorkerActorState> self,
                                       std::shared_ptr<const JobData> job, uint32_t rank,
-                                      uint32_t worker) {
+                                      uint32_t worker, std::shared_ptr<UnitRunner> runner) {
   const ActorTurn turn;
   self->state.rank = rank;
   self->state.worker = worker;
-  self->state.core = std::make_unique<WorkerCore>(job, rank, worker);
+  self->state.core = runner ? std::move(runner) : std::make_shared<WorkerCore>(job, rank, worker);
+  self->state.core->prepare();  // on the actor's own thread (it is detached)
   self->state.stats = role_stats(*job, "worker", rank, worker);
   return {
       // Detached actor: the unit blocks this actor's own thread, nobody else's. It accepts the
@@ -328,8 +329,8 @@ struct LoaderActorState {
 }  // namespace
 
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
-                          uint32_t worker) {
-  return sys.spawn<caf::detached>(worker_fn, std::move(job), rank, worker);
+                          uint32_t worker, std::shared_ptr<UnitRunner> runner) {
+  return sys.spawn<caf::detached>(worker_fn, std::move(job), rank, worker, std::move(runner));
 }
 
 dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const JobData> job,

@@ -103,8 +103,11 @@ struct CoordinatorOptions {
 };
 coordinator_actor spawn_coordinator(caf::actor_system& sys, CoordinatorState core,
                                     CoordinatorOptions options);
+// `runner` runs the worker's units (null: a WorkerCore on the actor's thread; placement
+// `local` gives a worker process's runner, actors/worker_process.h).
+class UnitRunner;
 worker_actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const JobData> job, uint32_t rank,
-                          uint32_t worker);
+                          uint32_t worker, std::shared_ptr<UnitRunner> runner = nullptr);
 dispatcher_actor spawn_dispatcher(caf::actor_system& sys, std::shared_ptr<const JobData> job,
                                   uint32_t rank, coordinator_actor coordinator,
                                   std::vector<worker_actor> workers, loader_actor loader);

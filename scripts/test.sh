@@ -37,7 +37,7 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
   # examples. The unit tests of runtime/ and io/ run on one thread.
   # (Every actors_* and e2e.* test of ctest -R below must be built here: one that is not
   # shows as NOT_BUILT and fails the run.)
-  SY_TARGETS="shardyard trainer climate gpu_trainer fault_shardyard io_data_plane_test \
+  SY_TARGETS="shardyard trainer climate gpu_trainer fault_shardyard crash_shardyard io_data_plane_test \
     io_route_test actors_protocol_test actors_roles_state_test actors_shard_stream_test \
     actors_stage_runner_test actors_worker_core_test actors_merger_test actors_cluster_test \
     actors_checkpoint_cluster_test actors_dispatch_cluster_test actors_device_loader_test \

@@ -45,6 +45,9 @@ struct RunArgs {
   std::vector<std::string> maps;
   std::string checkpoint_dir, resume_dir;
   std::string dispatch = "none";
+  std::string placement = "inproc", worker_binary;
+  uint32_t max_worker_restarts = 3;
+  uint64_t shm_arena_mb = 0;
   uint32_t prefetch_sources = 1;
   std::string route_key;
   uint64_t stop_after_steps = 0, checkpoint_every = 0;
@@ -338,6 +341,15 @@ int run(RunArgs args, Env* env) {
   }
   opt.dispatch = *dispatch;
   opt.prefetch_shards = args.prefetch_sources;
+  auto placement = parse_worker_placement(args.placement);
+  if (!placement.is_ok()) {
+    print_error(placement.status().message());
+    return 2;
+  }
+  opt.placement = *placement;
+  opt.worker_binary = args.worker_binary;
+  opt.max_worker_restarts = args.max_worker_restarts;
+  opt.shm_arena_bytes = args.shm_arena_mb << 20;
   opt.route_key_field = args.route_key;
   if (args.windows.empty() != !args.record_bytes_given) {
     print_error(args.windows.empty() ? "--record-bytes needs --windows LENGTH:STRIDE[:TARGET]"
@@ -500,6 +512,8 @@ int run(RunArgs args, Env* env) {
   j["batch_size"] = args.batch_size;
   j["logical_shards"] = (*cluster)->logical_shards();
   j["dispatch"] = dispatch_name(resolve_dispatch(opt.pipeline, opt.dispatch));
+  j["placement"] = worker_placement_name(opt.placement);
+  j["worker_restarts"] = (*cluster)->worker_restarts();
   j["steps_per_epoch"] = results.empty() ? 0 : results[0].steps_per_epoch;
   j["sources"] = (*cluster)->manifest().sources.size();
   j["fingerprint"] = (*cluster)->manifest().fingerprint_hex();
@@ -611,6 +625,18 @@ Command add_run_command(CLI::App& app, Env* env) {
                   "round_robin | on_request | broadcast (whole logical shards, shared) | "
                   "by_key (the same routing key always to the same worker)")
       ->check(CLI::IsMember({"none", "round_robin", "on_request", "broadcast", "by_key"}));
+  cmd->add_option("--placement", args->placement,
+                  "where workers run: inproc (threads of this process) | local (a process "
+                  "each, items through shared memory; a dead worker is replaced)")
+      ->check(CLI::IsMember({"inproc", "local"}));
+  cmd->add_option("--worker-binary", args->worker_binary,
+                  "local: the program started in worker mode (default: this one)");
+  cmd->add_option("--max-worker-restarts", args->max_worker_restarts,
+                  "local: restarts of a worker in a row without progress before the run stops");
+  cmd->add_option("--shm-arena-mb", args->shm_arena_mb,
+                  "local: shared-memory arena of each worker's channel in MiB (0: sized from "
+                  "the batch)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{65536}));
   cmd->add_option("--route-key", args->route_key,
                   "by_key: route by this field's bytes (default: the item's key)");
   cmd->add_option("--prefetch-sources", args->prefetch_sources,

@@ -122,11 +122,17 @@ WorkerCore::WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32
 }
 
 Result<UnitStats> WorkerCore::run(const WorkUnit& unit, io::Channel& channel) {
+  std::shared_ptr<io::Route> route;
+  if (!unit.route.empty()) route = job_->data_plane->attach_route(unit.route);
+  return run(unit, channel, route.get());
+}
+
+Result<UnitStats> WorkerCore::run(const WorkUnit& unit, io::Channel& channel, io::Route* route) {
   UnitStats stats;
   Status st;
   if (unit.route.empty()) {
     st = produce(unit, channel, &stats);
-  } else if (auto route = job_->data_plane->attach_route(unit.route)) {
+  } else if (route) {
     st = consume(unit, *route, channel, &stats);
   } else {
     st =
@@ -148,6 +154,7 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
   Packer packer(job, channel, stats_.get());
   while (!order.done()) {
     SY_ASSIGN_OR_RETURN(Item item, streams.next(order.next()));
+    if (on_item_) on_item_(item);
     if (!stages.empty()) {
       SY_RETURN_IF_ERROR(stages.process(item, identity_, unit.epoch_key));
       if (stages.stateful()) item.stage_state = stages.state();  // the state right after it
@@ -167,6 +174,7 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
                                                      identity_, unit.stage_states, unit.rescaled));
   Packer packer(job, channel, stats_.get());
   auto emit = [&](Item item) -> Status {
+    if (on_item_) on_item_(item);
     if (!stages.empty()) {
       SY_RETURN_IF_ERROR(stages.process(item, identity_, unit.epoch_key));
       if (stages.stateful()) item.stage_state = stages.state();
@@ -193,16 +201,11 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
       case io::Delivery::Kind::kShard: {
         // The WORKER level on the loaded shard's item indices: this worker's part.
         const auto& shard = *d.shard;
-        const uint64_t n = shard.items.size();
-        uint64_t begin = unit.worker, step = w_count, end = n;
-        if (contiguous) {
-          begin = n * unit.worker / w_count;
-          end = n * (unit.worker + 1) / w_count;
-          step = 1;
-        }
+        const ShardPart part = shard_part(shard.size(), unit.worker, w_count, contiguous);
         const uint64_t window = route.window();
-        for (uint64_t i = begin; i < end; i += step) {
+        for (uint64_t i = part.begin; i < part.end; i += part.step) {
           const uint64_t position = shard.first_position + i;
+          if (position < skip_below_) continue;
           // Every worker produces positions of the same shard: in exact order none runs
           // more than the window ahead of the loader, which bounds the loader's reorder
           // buffer (as completed, the channel's capacity is the only bound needed).
@@ -211,7 +214,8 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
             WaitScope credit(stats_.get(), false);
             SY_RETURN_IF_ERROR(route.wait_consumed(position + 1 - window));
           }
-          Item item = shard.items[i];  // a copy of the views: the bytes stay shared
+          // A copy of the views (the bytes stay shared), or decoded from an image.
+          SY_ASSIGN_OR_RETURN(Item item, shard.item(i));
           item.position = position;
           SY_RETURN_IF_ERROR(emit(std::move(item)));
         }
@@ -219,6 +223,11 @@ Status WorkerCore::consume(const WorkUnit& unit, io::Route& route, io::Channel& 
       }
     }
   }
+}
+
+ShardPart shard_part(uint64_t items, uint32_t worker, uint32_t workers, bool contiguous) {
+  if (contiguous) return ShardPart{items * worker / workers, 1, items * (worker + 1) / workers};
+  return ShardPart{worker, workers, items};
 }
 
 // ---- dispatcher --------------------------------------------------------------------------

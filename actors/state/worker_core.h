@@ -30,6 +30,7 @@
 // run() blocks (reads, backpressure).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,11 +66,31 @@ class StageRunner {
   mutable std::vector<std::string> scratch_;
 };
 
-class WorkerCore {
+// What a worker actor runs its units with: a WorkerCore on the actor's own thread (placement
+// `inproc`), or a worker process driven from it (placement `local`, actors/worker_process.h).
+class UnitRunner {
+ public:
+  virtual ~UnitRunner() = default;
+  // Called once on the thread that will run the units, before the first (a worker process
+  // starts here, so that the first epoch does not wait for it).
+  virtual void prepare() {}
+  // Produces the unit into `channel` and finishes the channel (with the error, if any).
+  virtual Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel) = 0;
+};
+
+class WorkerCore : public UnitRunner {
  public:
   WorkerCore(std::shared_ptr<const JobData> job, uint32_t rank, uint32_t worker);
-  // Produces the unit into `channel` and finishes the channel (with the error, if any).
-  Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel);
+  Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel) override;
+  // The same with the route given (a worker process receives routed items from its rank,
+  // not from the job's data plane).
+  Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel, io::Route* route);
+  // Called with every item before the worker's stages run on it (a worker process shows
+  // its rank which item it is on, so that a crash in a stage names the item).
+  void set_on_item(std::function<void(const Item&)> on_item) { on_item_ = std::move(on_item); }
+  // Items of loaded shards (broadcast) at rank positions below this are skipped, stages and
+  // all: a worker process that takes over from a dead one starts where it stopped.
+  void set_skip_below(uint64_t position) { skip_below_ = position; }
 
  private:
   Status produce(const WorkUnit& unit, io::Channel& channel, UnitStats* stats);
@@ -79,7 +100,16 @@ class WorkerCore {
   WorkerInfo identity_;
   io::SampleReader reader_;
   std::shared_ptr<RoleStats> stats_;  // the worker's, from job->status (null: none)
+  std::function<void(const Item&)> on_item_;
+  uint64_t skip_below_ = 0;
 };
+
+// The WORKER level on a loaded shard of `items` items (broadcast dispatch): worker `worker`
+// of `workers` takes indices begin, begin + step, ... below end.
+struct ShardPart {
+  uint64_t begin = 0, step = 1, end = 0;
+};
+ShardPart shard_part(uint64_t items, uint32_t worker, uint32_t workers, bool contiguous);
 
 class DispatchCore {
  public:

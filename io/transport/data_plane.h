@@ -52,11 +52,26 @@ class Channel {
 // shard's epoch order, as views into buffers that the items keep alive. In process that is
 // one immutable copy whatever the number of workers; a shared-memory plane maps the same
 // bytes into every worker process and sends the items' offsets instead of pointers.
+// Items of a loaded shard decoded on demand, as a worker process reads them from a shard
+// image in shared memory (io/transport/shm_shard.h): each worker decodes only its part.
+class ShardItems {
+ public:
+  virtual ~ShardItems() = default;
+  virtual uint64_t size() const = 0;
+  virtual Result<Item> item(uint64_t index) const = 0;
+};
+
 struct SharedShard {
   uint32_t shard = 0;           // logical shard
-  uint64_t first_position = 0;  // rank position of items[0]; the rest follow one by one
+  uint64_t first_position = 0;  // rank position of item 0; the rest follow one by one
   std::vector<Item> items;
-  uint64_t bytes = 0;  // bytes loaded for it
+  std::shared_ptr<const ShardItems> lazy;  // set instead of `items`: decoded on demand
+  uint64_t bytes = 0;                      // bytes loaded for it
+  uint64_t size() const { return lazy ? lazy->size() : items.size(); }
+  Result<Item> item(uint64_t index) const {
+    if (lazy) return lazy->item(index);
+    return items[index];
+  }
 };
 
 // What Route::receive hands a worker.

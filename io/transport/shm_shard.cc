@@ -115,6 +115,15 @@ Result<Item> ShmShardView::item(uint64_t index) const {
   return item;
 }
 
+std::shared_ptr<const SharedShard> ShmShardView::lazy_shard() const {
+  auto shard = std::make_shared<SharedShard>();
+  shard->shard = shard_;
+  shard->first_position = first_position_;
+  shard->bytes = bytes_;
+  shard->lazy = shared_from_this();
+  return shard;
+}
+
 Result<std::shared_ptr<const SharedShard>> ShmShardView::materialize() const {
   auto shard = std::make_shared<SharedShard>();
   shard->shard = shard_;

@@ -44,18 +44,21 @@ class ShmShardImage {
   uint64_t payload_bytes_ = 0;
 };
 
-class ShmShardView : public std::enable_shared_from_this<ShmShardView> {
+class ShmShardView : public ShardItems, public std::enable_shared_from_this<ShmShardView> {
  public:
   // Maps the image behind `fd` read-only; `what` names it in messages.
   static Result<std::shared_ptr<const ShmShardView>> open(UniqueFd fd, const std::string& what);
   uint32_t shard() const { return shard_; }
   uint64_t first_position() const { return first_position_; }
-  uint64_t size() const { return items_; }   // items
-  uint64_t bytes() const { return bytes_; }  // SharedShard::bytes
+  uint64_t size() const override { return items_; }  // items
+  uint64_t bytes() const { return bytes_; }          // SharedShard::bytes
   // Item `index` (0-based), decoded from the table; its fields view the mapping.
-  Result<Item> item(uint64_t index) const;
+  Result<Item> item(uint64_t index) const override;
   // Every item, as the SharedShard a Route delivers.
   Result<std::shared_ptr<const SharedShard>> materialize() const;
+  // The same with the items decoded on demand (SharedShard::lazy): a worker that takes a
+  // part of the indices decodes that part only.
+  std::shared_ptr<const SharedShard> lazy_shard() const;
 
  private:
   ShmShardView() = default;
