@@ -49,7 +49,7 @@ typename Inspector::result_type inspect(Inspector& f, RankReportRequest&) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankReport& x) {
-  return f(caf::meta::type_name("RankReport"), x.ranks, x.metrics, loaded(x));
+  return f(caf::meta::type_name("RankReport"), saving(x), x.ranks, x.metrics, loaded(x));
 }
 
 void register_status_protocol(caf::actor_system_config& cfg);
