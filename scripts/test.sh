@@ -42,6 +42,7 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
     actors_stage_runner_test actors_worker_core_test actors_merger_test actors_cluster_test \
     actors_checkpoint_cluster_test actors_dispatch_cluster_test actors_device_loader_test \
     actors_placement_test actors_agreement_test actors_monitor_test actors_status_board_test \
+    actors_worker_frames_test \
     actors_net_test" \
     sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
@@ -60,7 +61,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
   cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz \
-    window_fuzz transport_fuzz net_fuzz net_corpus_writer
+    window_fuzz transport_fuzz net_fuzz net_corpus_writer worker_frame_fuzz
   # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus (a folder of tests/fuzz,
   # or an absolute path) for a bounded time.
   # Findings go to build-fuzz/artifacts/TARGET/ (never the repository root); a finding
@@ -94,5 +95,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   rm -rf "$SY_ROOT/build-fuzz/net_corpus" && mkdir -p "$SY_ROOT/build-fuzz/net_corpus"
   "$SY_ROOT/build-fuzz/tests/fuzz/net_corpus_writer" "$SY_ROOT/build-fuzz/net_corpus"
   sy_fuzz net_fuzz "$SY_ROOT/build-fuzz/net_corpus" "${SY_FUZZ_NET_SECONDS:-20}"
+  echo "== fuzz the control frames of worker processes (libFuzzer, bounded)"
+  sy_fuzz worker_frame_fuzz worker_frame_corpus "${SY_FUZZ_WORKER_SECONDS:-10}"
 fi
 echo "== all tests passed"

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "actors/state/status_board.h"
+#include "actors/state/worker_frames.h"
 #include "io/format/record_scan.h"
 #include "io/remote/remote_file_system.h"
 #include "io/transport/shm_channel.h"
@@ -35,97 +36,12 @@ namespace shardyard::actors {
 
 namespace {
 
-// Frames of the control socket between a rank and one of its worker processes. Every unit
-// frame is answered by exactly one done frame.
-enum ControlFrame : uint16_t {
-  kJobFrame = 101,     // rank -> worker: the job, rank, worker; fds: key page, manifest
-  kReadyFrame = 102,   // worker -> rank: its pid
-  kUnitFrame = 103,    // rank -> worker: a work unit; fd: the unit's channel socket
-  kDoneFrame = 104,    // worker -> rank: the unit's items, bytes and status
-  kFailedFrame = 105,  // worker -> rank: it cannot build the job (the message)
-  // During a unit of a dispatch mode:
-  kShardFrame = 106,       // rank -> worker: a loaded shard (broadcast); fd: its image
-  kRouteEndFrame = 107,    // rank -> worker: the route ended (its status)
-  kCreditWantFrame = 108,  // worker -> rank: wait until the loader consumed below a position
-  kCreditFrame = 109,      // rank -> worker: the loader consumed everything below this
-};
-constexpr uint32_t kControlVersion = 1;
 constexpr size_t kControlFrameBytes = 1 << 20;
 constexpr int kWorkerFd = 3;  // where the control socket lies in a worker process
 // The key page: u64 sequence (odd while the key is written) | u32 length | u32 0 | key.
 constexpr size_t kPageBytes = 4096;
 constexpr size_t kPageKeyOffset = 16;
 constexpr size_t kPageKeyBytes = kPageBytes - kPageKeyOffset;
-
-std::string encode_unit(const WorkUnit& u) {
-  ByteWriter w;
-  w.u32(u.rank);
-  w.u32(u.worker);
-  w.u32(u.epoch);
-  w.u64(u.epoch_key);
-  w.u32(static_cast<uint32_t>(u.shards.size()));
-  for (size_t i = 0; i < u.shards.size(); ++i) {
-    w.u32(u.shards[i]);
-    w.u64(i < u.take.size() ? u.take[i] : 0);
-    w.u64(i < u.consumed.size() ? u.consumed[i] : 0);
-  }
-  w.str(u.channel);
-  w.u32(static_cast<uint32_t>(u.stage_states.size()));
-  for (const auto& s : u.stage_states) w.str(s);
-  w.u8(u.rescaled ? 1 : 0);
-  w.str(u.route);
-  return std::move(w.out);
-}
-
-// The unit; what follows it in the frame is the caller's to read.
-Result<WorkUnit> decode_unit(ByteReader& r) {
-  WorkUnit u;
-  u.rank = r.u32();
-  u.worker = r.u32();
-  u.epoch = r.u32();
-  u.epoch_key = r.u64();
-  const uint32_t n = r.u32();
-  if (n > r.left() / 20) return corrupt("a unit frame claims " + std::to_string(n) + " shards");
-  for (uint32_t i = 0; i < n; ++i) {
-    u.shards.push_back(r.u32());
-    u.take.push_back(r.u64());
-    u.consumed.push_back(r.u64());
-  }
-  u.channel = r.str();
-  const uint32_t states = r.u32();
-  if (states > r.left() / 4)
-    return corrupt("a unit frame claims " + std::to_string(states) + " states");
-  for (uint32_t i = 0; i < states; ++i) u.stage_states.push_back(r.str());
-  u.rescaled = r.flag();
-  u.route = r.str();
-  if (r.failed()) return corrupt("a damaged unit frame");
-  return u;
-}
-
-// A status in a control frame: the body of a shared-memory channel's finish frame.
-std::string encode_status(const Status& st) { return io::encode(io::finish_frame(st)); }
-
-Status decode_status(std::string_view body) {
-  SY_ASSIGN_OR_RETURN(io::FinishFrame f, io::decode_finish(body));
-  return io::finish_status(f);
-}
-
-// A done frame: u64 items | u64 bytes | the unit's status.
-std::string encode_done(const Result<UnitStats>& r) {
-  ByteWriter w;
-  w.u64(r.is_ok() ? r->items : 0);
-  w.u64(r.is_ok() ? r->bytes : 0);
-  return w.out + encode_status(r.status());
-}
-
-Result<UnitStats> decode_done(std::string_view body) {
-  if (body.size() < 16) return corrupt("a damaged done frame from a worker process");
-  UnitStats s;
-  s.items = load_le(body.data(), 8);
-  s.bytes = load_le(body.data() + 8, 8);
-  SY_RETURN_IF_ERROR(decode_status(body.substr(16)));
-  return s;
-}
 
 // How a reaped process ended: "killed by signal 9 (SIGKILL)", "exited with status 1".
 std::string describe_exit(int status) {
@@ -496,11 +412,10 @@ ProcessRunner::Outcome ProcessRunner::attempt(
     in_ends = io::UnixSocket::pair();
     if (!in_ends.is_ok()) return fail(in_ends.status());
   }
-  io::Frame f{kUnitFrame, encode_unit(*rest), {}};
-  ByteWriter tail;
-  tail.u64(feed ? feed->skip_below() : 0);
-  tail.u32(feed ? feed->route()->window() : 0);
-  f.body += tail.out;
+  io::Frame f{kUnitFrame,
+              encode_unit(UnitOrder{*rest, feed ? feed->skip_below() : 0,
+                                    feed ? feed->route()->window() : 0}),
+              {}};
   if (f.body.size() > kControlFrameBytes - io::kFrameHeaderBytes)
     return fail(
         invalid_argument("the unit of " + who() + " takes " + std::to_string(f.body.size()) +
@@ -699,11 +614,10 @@ Status ProcessRunner::start() {
     last_how_ = reap();
     return unavailable(who_then + " " + why + " (" + last_how_ + ")");
   };
-  io::Frame job{kJobFrame, launch_->job_frame(), {}};
-  ByteWriter tail;
-  tail.u32(rank_);
-  tail.u32(worker_);
-  job.body += tail.out;
+  WorkerJob spec = launch_->job();
+  spec.rank = rank_;
+  spec.worker = worker_;
+  io::Frame job{kJobFrame, encode_job(spec), {}};
   SY_ASSIGN_OR_RETURN(io::UniqueFd page_fd, page.duplicate());
   job.fds.push_back(std::move(page_fd));
   if (launch_->has_manifest_segment()) {
@@ -770,46 +684,26 @@ std::string ProcessRunner::current_key() const {
 
 // ---- the worker process ------------------------------------------------------------------
 
-Result<std::shared_ptr<const JobData>> rebuild_job(ByteReader& r, const io::Frame& frame,
+Result<std::shared_ptr<const JobData>> rebuild_job(const WorkerJob& j, const io::Frame& frame,
                                                    std::shared_ptr<DataPlane> plane) {
-  if (r.u32() != kControlVersion) return invalid_argument("a job frame of another version");
-  const uint64_t fingerprint = r.u64();
   JobOptions jo;
-  jo.plan.logical_shards = r.u32();
-  jo.plan.chunk_items = r.u32();
-  jo.plan.seed = r.u64();
-  jo.plan.shuffle = r.flag();
-  jo.plan.drop_last = r.flag();
-  jo.plan.distributed_strategy = r.str();
-  jo.plan.worker_strategy = r.str();
-  SY_ASSIGN_OR_RETURN(jo.pipeline, spec_from_string(r.str()));
-  jo.topology.ranks = r.u32();
-  jo.topology.workers = r.u32();
-  jo.batch_size = r.u32();
-  jo.exact_order = r.flag();
-  SY_ASSIGN_OR_RETURN(jo.dispatch, parse_dispatch(r.str()));
-  jo.prefetch_shards = r.u32();
-  jo.route_key_field = r.str();
-  jo.max_sample_bytes = r.u64();
-  const uint32_t packet_items = r.u32();
-  const uint64_t packet_bytes = r.u64();
-  const bool windows = r.flag();
-  WindowSpec spec;
-  std::vector<std::string> sources;
-  unsigned scan_threads = 2;
-  if (windows) {
-    spec.record_bytes = r.u64();
-    spec.length = r.u64();
-    spec.stride = r.u64();
-    spec.target = r.u64();
-    spec.stitch = r.flag();
-    scan_threads = r.u32();
-    const uint32_t n = r.u32();
-    if (n > r.left() / 4) return corrupt("a job frame claims " + std::to_string(n) + " sources");
-    for (uint32_t i = 0; i < n; ++i) sources.push_back(r.str());
-  }
-  const uint64_t manifest_bytes = r.u64();
-  if (r.failed()) return corrupt("a damaged job frame");
+  jo.plan = j.plan;
+  SY_ASSIGN_OR_RETURN(jo.pipeline, spec_from_string(j.pipeline));
+  jo.topology = j.topology;
+  jo.batch_size = j.batch_size;
+  jo.exact_order = j.exact_order;
+  SY_ASSIGN_OR_RETURN(jo.dispatch, parse_dispatch(j.dispatch));
+  jo.prefetch_shards = j.prefetch_shards;
+  jo.route_key_field = j.route_key_field;
+  jo.max_sample_bytes = j.max_sample_bytes;
+  const uint32_t packet_items = j.packet_items;
+  const uint64_t packet_bytes = j.packet_bytes;
+  const bool windows = j.windows.enabled();
+  const WindowSpec& spec = j.windows;
+  const std::vector<std::string>& sources = j.sources;
+  const unsigned scan_threads = j.scan_threads;
+  const uint64_t manifest_bytes = j.manifest_bytes;
+  const uint64_t fingerprint = j.fingerprint;
   FileSystem& fs = io::default_file_system();
   Manifest manifest;
   if (windows) {
@@ -945,11 +839,10 @@ class RemoteRoute : public io::Route {
 // items), runs it, and says what came of it.
 Result<UnitStats> run_unit_frame(io::UnixSocket& control, const JobData& job, WorkerCore& core,
                                  io::Frame& f) {
-  ByteReader r(f.body);
-  SY_ASSIGN_OR_RETURN(WorkUnit unit, decode_unit(r));
-  const uint64_t skip_below = r.u64();
-  const uint32_t window = r.u32();
-  if (!r.done()) return corrupt("a damaged unit frame");
+  SY_ASSIGN_OR_RETURN(UnitOrder order, decode_unit(f.body));
+  const WorkUnit& unit = order.unit;
+  const uint64_t skip_below = order.skip_below;
+  const uint32_t window = order.window;
   const bool routed = !unit.route.empty() && job.dispatch != Dispatch::kBroadcast;
   if (f.fds.size() != (routed ? 2u : 1u))
     return corrupt("a unit frame with " + std::to_string(f.fds.size()) + " descriptors");
@@ -982,10 +875,10 @@ Status serve_rank(io::UnixSocket& control) {
   if (got != io::UnixSocket::Received::kFrame) return unavailable("no job from the rank");
   if (frame.type != kJobFrame || frame.fds.empty())
     return corrupt("the rank's first frame is not the job");
-  ByteReader r(frame.body);
-  auto job = rebuild_job(r, frame, io::inproc_data_plane());
-  const uint32_t rank = r.u32(), worker = r.u32();
-  if (job.is_ok() && !r.done()) job = corrupt("a damaged job frame");
+  auto spec = decode_job(frame.body);
+  Result<std::shared_ptr<const JobData>> job = spec.status();
+  if (spec.is_ok()) job = rebuild_job(*spec, frame, io::inproc_data_plane());
+  const uint32_t rank = spec.is_ok() ? spec->rank : 0, worker = spec.is_ok() ? spec->worker : 0;
   if (!job.is_ok()) {
     (void)control.send(io::Frame{kFailedFrame, job.status().to_string(), {}}, 10000);
     return job.status();
@@ -1031,40 +924,24 @@ Status serve_rank(io::UnixSocket& control) {
 Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
                                                            WorkerProcessOptions options) {
   auto launch = std::shared_ptr<WorkerLaunch>(new WorkerLaunch());
-  const auto& plan = job.plan;
-  ByteWriter w;
-  w.u32(kControlVersion);
-  w.u64(job.manifest->fingerprint);
-  w.u32(plan.logical_shards);
-  w.u32(plan.chunk_items);
-  w.u64(plan.seed);
-  w.u8(plan.shuffle ? 1 : 0);
-  w.u8(plan.drop_last ? 1 : 0);
-  w.str(plan.distributed_strategy);
-  w.str(plan.worker_strategy);
-  w.str(spec_to_string(job.pipeline));
-  w.u32(job.topology.ranks);
-  w.u32(job.topology.workers);
-  w.u32(job.batch_size);
-  w.u8(job.exact_order ? 1 : 0);
-  w.str(dispatch_name(job.dispatch));
-  w.u32(job.prefetch_shards);
-  w.str(job.route_key_field);
-  w.u64(job.reader.max_sample_bytes);
-  w.u32(job.packet_items);
-  w.u64(job.packet_bytes);
+  WorkerJob& j = launch->job_;
+  j.fingerprint = job.manifest->fingerprint;
+  j.plan = job.plan;
+  j.pipeline = spec_to_string(job.pipeline);
+  j.topology = job.topology;
+  j.batch_size = job.batch_size;
+  j.exact_order = job.exact_order;
+  j.dispatch = dispatch_name(job.dispatch);
+  j.prefetch_shards = job.prefetch_shards;
+  j.route_key_field = job.route_key_field;
+  j.max_sample_bytes = job.reader.max_sample_bytes;
+  j.packet_items = job.packet_items;
+  j.packet_bytes = job.packet_bytes;
   const WindowSpec& spec = job.manifest->windows;
-  w.u8(spec.enabled() ? 1 : 0);
   if (spec.enabled()) {
-    w.u64(spec.record_bytes);
-    w.u64(spec.length);
-    w.u64(spec.stride);
-    w.u64(spec.target);
-    w.u8(spec.stitch ? 1 : 0);
-    w.u32(options.scan_threads);
-    w.u32(static_cast<uint32_t>(options.sources.size()));
-    for (const auto& s : options.sources) w.str(s);
-    w.u64(0);
+    j.windows = spec;
+    j.scan_threads = options.scan_threads;
+    j.sources = options.sources;
   } else {
     // The manifest once, in a segment every worker process maps read-only to decode it.
     const std::string encoded = encode_manifest(*job.manifest);
@@ -1077,12 +954,12 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       std::memcpy(map->writable_data(), encoded.data(), encoded.size());
     }
     launch->manifest_.emplace(std::move(segment));
-    w.u64(encoded.size());
+    j.manifest_bytes = encoded.size();
   }
-  if (w.out.size() + 64 > kControlFrameBytes)
+  const size_t frame_bytes = encode_job(j).size();
+  if (frame_bytes + 64 > kControlFrameBytes)
     return invalid_argument("the job's description for worker processes takes " +
-                            std::to_string(w.out.size()) + " bytes, more than a control frame");
-  launch->job_frame_ = std::move(w.out);
+                            std::to_string(frame_bytes) + " bytes, more than a control frame");
   // The arena holds what is in flight from one worker: its packets (4 sent and one being
   // written, each at most 128 items or 4 MiB plus the item that crossed) and the items of
   // it the loader keeps until they are collated (the batches prefetched, the one being

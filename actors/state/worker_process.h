@@ -35,6 +35,7 @@
 
 #include "actors/state/job.h"
 #include "actors/state/worker_core.h"
+#include "actors/state/worker_frames.h"
 #include "io/transport/shm_segment.h"
 #include "io/transport/shm_shard.h"
 #include "runtime/window.h"
@@ -66,7 +67,7 @@ class WorkerLaunch {
   static Result<std::shared_ptr<WorkerLaunch>> create(const JobData& job,
                                                       WorkerProcessOptions options);
   const WorkerProcessOptions& options() const { return options_; }
-  const std::string& job_frame() const { return job_frame_; }
+  const WorkerJob& job() const { return job_; }  // rank and worker left 0
   // A read-only descriptor of the encoded manifest (none for a windows dataset).
   Result<io::UniqueFd> manifest_fd() const;
   bool has_manifest_segment() const { return manifest_.has_value(); }
@@ -83,7 +84,7 @@ class WorkerLaunch {
  private:
   WorkerLaunch() = default;
   WorkerProcessOptions options_;
-  std::string job_frame_;
+  WorkerJob job_;
   std::optional<io::ShmSegment> manifest_;
   uint64_t arena_bytes_ = 0;
   std::atomic<uint64_t> restarts_{0};
