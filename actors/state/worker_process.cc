@@ -876,13 +876,13 @@ Status serve_rank(io::UnixSocket& control) {
   if (frame.type != kJobFrame || frame.fds.empty())
     return corrupt("the rank's first frame is not the job");
   auto spec = decode_job(frame.body);
-  Result<std::shared_ptr<const JobData>> job = spec.status();
-  if (spec.is_ok()) job = rebuild_job(*spec, frame, io::inproc_data_plane());
-  const uint32_t rank = spec.is_ok() ? spec->rank : 0, worker = spec.is_ok() ? spec->worker : 0;
+  auto job = spec.is_ok() ? rebuild_job(*spec, frame, io::inproc_data_plane())
+                          : Result<std::shared_ptr<const JobData>>(spec.status());
   if (!job.is_ok()) {
     (void)control.send(io::Frame{kFailedFrame, job.status().to_string(), {}}, 10000);
     return job.status();
   }
+  const uint32_t rank = spec->rank, worker = spec->worker;
   SY_ASSIGN_OR_RETURN(auto page_seg,
                       io::ShmSegment::adopt(std::move(frame.fds[0]), "the key page"));
   SY_ASSIGN_OR_RETURN(auto page, page_seg.map(io::ShmSegment::Access::kReadWrite));
