@@ -41,4 +41,23 @@ void Item::remove_field(std::string_view name) {
       fields.end());
 }
 
+namespace {
+
+// The deleter type marks an owner made by file_bytes_owner(): std::get_deleter() finds it
+// only in a control block made with it, whatever the pointer's static type.
+struct FileBytesDeleter {
+  void operator()(const FileBytes* p) const { delete p; }
+};
+
+}  // namespace
+
+std::shared_ptr<const void> file_bytes_owner(FileBytes bytes) {
+  return std::shared_ptr<const FileBytes>(new FileBytes(std::move(bytes)), FileBytesDeleter{});
+}
+
+const FileBytes* file_bytes_of(const std::shared_ptr<const void>& owner) {
+  if (owner == nullptr || std::get_deleter<FileBytesDeleter>(owner) == nullptr) return nullptr;
+  return static_cast<const FileBytes*>(owner.get());
+}
+
 }  // namespace shardyard

@@ -49,4 +49,21 @@ struct Item {
   void remove_field(std::string_view name);
 };
 
+// Bytes of a local source file held in memory as they are in the file (SampleReader maps
+// large ranges of a local tar shard): an item whose `owner` is one of these has fields that
+// can be named by their place in the file instead of copied, which a worker process does for
+// large fields (io/transport/item_codec.h, "File ranges"). Any other owner is not one, so a
+// stage that replaces `owner` turns it off for that item.
+struct FileBytes {
+  std::shared_ptr<const void> keep;  // what keeps data alive (the mapping)
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+  uint32_t source = 0;  // index of the source in the manifest
+  uint64_t offset = 0;  // data[0] is byte `offset` of that source
+};
+// An owner for Item::owner that is recognised by file_bytes_of().
+std::shared_ptr<const void> file_bytes_owner(FileBytes bytes);
+// The FileBytes that `owner` is, or nullptr when it is something else.
+const FileBytes* file_bytes_of(const std::shared_ptr<const void>& owner);
+
 }  // namespace shardyard

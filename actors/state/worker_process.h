@@ -36,6 +36,7 @@
 #include "actors/state/job.h"
 #include "actors/state/worker_core.h"
 #include "actors/state/worker_frames.h"
+#include "io/transport/item_codec.h"
 #include "io/transport/shm_segment.h"
 #include "io/transport/shm_shard.h"
 #include "runtime/window.h"
@@ -76,6 +77,11 @@ class WorkerLaunch {
   uint64_t restarts() const { return restarts_.load(); }
   void count_restart() { restarts_.fetch_add(1); }
   void log(const std::string& line) const;
+  // Maps bytes [offset, offset + size) of the job's source `source` for an item a worker
+  // process named by file range (io/transport/item_codec.h): checked against the manifest,
+  // mapped as the rank's own reader maps (guarded), read where a file cannot be mapped.
+  // Empty for a windows dataset. Thread-safe.
+  const io::FileRanges& file_ranges() const { return file_ranges_; }
   // The image of a loaded shard (broadcast) that every worker process of `rank` maps: made
   // by the first worker's feed that needs it, shared by the others while any holds it.
   Result<std::shared_ptr<io::ShmShardImage>> shard_image(
@@ -86,6 +92,7 @@ class WorkerLaunch {
   WorkerProcessOptions options_;
   WorkerJob job_;
   std::optional<io::ShmSegment> manifest_;
+  io::FileRanges file_ranges_;
   uint64_t arena_bytes_ = 0;
   std::atomic<uint64_t> restarts_{0};
   struct Image {

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "io/format/gzip.h"
-#include "io/fs/mapping_guard.h"
 #include "io/format/tar.h"
+#include "io/fs/mapping_guard.h"
 #include "runtime/window.h"
 
 namespace shardyard::io {
@@ -167,7 +167,9 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
     if (*mapped) {
       bytes_read_ += end - begin;
       const auto& m = **mapped;
-      return parse(source, m.data(), m.size(), *mapped, begin, first, last, id, out);
+      // The items' owner says where the bytes lie in the file (runtime/item.h FileBytes).
+      auto owner = file_bytes_owner(FileBytes{*mapped, m.data(), m.size(), source, begin});
+      return parse(source, m.data(), m.size(), std::move(owner), begin, first, last, id, out);
     }
   }
   auto buf = pool_->acquire(end - begin);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace shardyard::io {
 
@@ -11,8 +12,8 @@ uint64_t align_up(uint64_t v, uint64_t align) { return (v + align - 1) / align *
 
 // The smallest encodings, which bound how many of each a block of some size can hold.
 constexpr size_t kMinItemBytes = 8 + 4 + 8 + 4 + 4 + 4 + 1;
-constexpr size_t kMinFieldBytes = 4 + 8 + 8;
-constexpr uint8_t kHasStageState = 1, kHasDispatchState = 2;
+constexpr size_t kMinFieldBytes = 4 + 1 + 8 + 8;
+constexpr uint8_t kHasStageState = 1, kHasDispatchState = 2, kHasSource = 4;
 
 bool fail(std::string* error, std::string message) {
   *error = std::move(message);
@@ -34,26 +35,53 @@ void put_str(std::string& out, std::string_view s) {
 
 }  // namespace
 
-uint64_t payload_upper_bound(const Item& item, uint64_t align) {
-  uint64_t n = 0;
-  for (const auto& f : item.fields) n += f.size == 0 ? 0 : align_up(f.size, align);
+namespace {
+
+// Whether plan_payload() names field `f` of an item owned by `file` by its file range.
+bool in_file(const FileBytes* file, const Field& f, uint64_t file_field_bytes, uint64_t* offset) {
+  if (file == nullptr || f.size == 0 || f.size < file_field_bytes) return false;
+  const auto at = reinterpret_cast<uintptr_t>(f.data),
+             from = reinterpret_cast<uintptr_t>(file->data);
+  if (at < from || f.size > file->size || at - from > file->size - f.size) return false;
+  *offset = file->offset + (at - from);
+  return true;
+}
+
+}  // namespace
+
+uint64_t payload_upper_bound(const Item& item, uint64_t align, uint64_t file_field_bytes) {
+  const FileBytes* file = file_field_bytes > 0 ? file_bytes_of(item.owner) : nullptr;
+  uint64_t n = 0, offset = 0;
+  for (const auto& f : item.fields)
+    if (f.size > 0 && !in_file(file, f, file_field_bytes, &offset)) n += align_up(f.size, align);
   return n;
 }
 
-void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan) {
+void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan,
+                  uint64_t file_field_bytes) {
   plan->extents.clear();
   plan->field_offsets.clear();
+  plan->field_places.clear();
+  plan->item_sources.clear();
   plan->scratch.clear();
   plan->bytes = 0;
   bool sorted = true;
   for (size_t i = 0; i < n; ++i) {
+    const FileBytes* file = file_field_bytes > 0 ? file_bytes_of(items[i].owner) : nullptr;
+    plan->item_sources.push_back(kNoSource);
     for (const auto& f : items[i].fields) {
       const size_t index = plan->field_offsets.size();
       plan->field_offsets.push_back(0);
+      plan->field_places.push_back(kPlaceRegion);
       if (f.size == 0) continue;
-      const auto start = reinterpret_cast<uintptr_t>(f.data);
-      if (!plan->scratch.empty() && start < plan->scratch.back().start) sorted = false;
-      plan->scratch.push_back({start, f.size, index});
+      if (in_file(file, f, file_field_bytes, &plan->field_offsets[index])) {
+        plan->field_places[index] = kPlaceFile;
+        plan->item_sources[i] = file->source;
+        continue;
+      }
+      const auto at = reinterpret_cast<uintptr_t>(f.data);
+      if (!plan->scratch.empty() && at < plan->scratch.back().start) sorted = false;
+      plan->scratch.push_back({at, f.size, index});
     }
   }
   auto& ranges = plan->scratch;
@@ -86,15 +114,16 @@ void copy_payload(const PayloadPlan& plan, uint8_t* region) {
   for (const auto& e : plan.extents) std::memcpy(region + e.offset, e.source, e.size);
 }
 
-uint64_t encoded_item_bytes(const Item& item) {
-  uint64_t n = kMinItemBytes + item.key.size();
+uint64_t encoded_item_bytes(const Item& item, bool source) {
+  uint64_t n = kMinItemBytes + item.key.size() + (source ? 4 : 0);
   for (const auto& f : item.fields) n += kMinFieldBytes + f.name.size();
   if (item.stage_state) n += 4 + item.stage_state->size();
   if (item.dispatch_state) n += 4 + item.dispatch_state->size();
   return n;
 }
 
-void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* w) {
+void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* w, const uint8_t* places,
+                 uint32_t source) {
   std::string& out = w->out;
   put(out, item.id, 8);
   put(out, item.shard, 4);
@@ -104,12 +133,15 @@ void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* w) {
   put(out, item.fields.size(), 4);
   for (size_t i = 0; i < item.fields.size(); ++i) {
     put_str(out, item.fields[i].name);
+    out.push_back(static_cast<char>(places == nullptr ? kPlaceRegion : places[i]));
     put(out, offsets[i], 8);
     put(out, item.fields[i].size, 8);
   }
-  const uint8_t flags =
-      (item.stage_state ? kHasStageState : 0) | (item.dispatch_state ? kHasDispatchState : 0);
+  const uint8_t flags = (item.stage_state ? kHasStageState : 0) |
+                        (item.dispatch_state ? kHasDispatchState : 0) |
+                        (source != kNoSource ? kHasSource : 0);
   out.push_back(static_cast<char>(flags));
+  if (source != kNoSource) put(out, source, 4);
   if (item.stage_state) put_str(out, *item.stage_state);
   if (item.dispatch_state) put_str(out, *item.dispatch_state);
 }
@@ -118,8 +150,11 @@ void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWrit
   out->u32(kItemCodecVersion);
   out->u32(static_cast<uint32_t>(n));
   size_t field = 0;
+  const bool placed = plan.field_places.size() == plan.field_offsets.size();
   for (size_t i = 0; i < n; ++i) {
-    encode_item(items[i], plan.field_offsets.data() + field, out);
+    encode_item(items[i], plan.field_offsets.data() + field, out,
+                placed ? plan.field_places.data() + field : nullptr,
+                i < plan.item_sources.size() ? plan.item_sources[i] : kNoSource);
     field += items[i].fields.size();
   }
 }
@@ -165,8 +200,8 @@ class Reader {
   bool failed_ = false;
 };
 
-bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
-            std::string* error) {
+bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out, std::string* error,
+            const FileRanges* files) {
   out->id = in.uint(8);
   out->shard = static_cast<uint32_t>(in.uint(4));
   out->position = in.uint(8);
@@ -179,42 +214,79 @@ bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
                            std::to_string(in.left()) + " bytes");
   out->fields.clear();
   out->fields.reserve(fields);
+  out->owner.reset();
+  out->owners.clear();
+  // The fields in the file (index, offset), mapped once as one span.
+  std::vector<std::pair<size_t, uint64_t>> in_file;
+  uint64_t file_begin = UINT64_MAX, file_end = 0, in_region = 0;
   for (uint64_t i = 0; i < fields; ++i) {
     const std::string_view name = in.str();
-    const uint64_t offset = in.uint(8), size = in.uint(8);
+    const uint64_t place = in.uint(1), offset = in.uint(8), size = in.uint(8);
     if (in.failed()) return fail(error, "cut short in field " + std::to_string(i));
+    if (!out->fields.empty() && !(out->fields.back().name < name))
+      return fail(error, "field '" + std::string(name) + "' is out of order or repeated");
+    if (place == kPlaceFile) {
+      if (size == 0 || offset > UINT64_MAX - size)
+        return fail(error, "field '" + std::string(name) + "' names the file range " +
+                               std::to_string(offset) + " + " + std::to_string(size));
+      file_begin = std::min(file_begin, offset);
+      file_end = std::max(file_end, offset + size);
+      in_file.emplace_back(out->fields.size(), offset);
+      out->fields.push_back(Field{std::string(name), nullptr, static_cast<size_t>(size)});
+      continue;
+    }
+    if (place != kPlaceRegion)
+      return fail(error, "field '" + std::string(name) + "' has the unknown place " +
+                             std::to_string(place));
     if (offset > region_bytes || size > region_bytes - offset)
       return fail(error, "field '" + std::string(name) + "' at " + std::to_string(offset) + " + " +
                              std::to_string(size) + " lies outside the " +
                              std::to_string(region_bytes) + " bytes of its region");
-    if (!out->fields.empty() && !(out->fields.back().name < name))
-      return fail(error, "field '" + std::string(name) + "' is out of order or repeated");
+    if (size > 0) ++in_region;
     out->fields.push_back(Field{std::string(name), region + offset, static_cast<size_t>(size)});
   }
   const uint64_t flags = in.uint(1);
-  if (flags & ~uint64_t{kHasStageState | kHasDispatchState})
+  if (flags & ~uint64_t{kHasStageState | kHasDispatchState | kHasSource})
     return fail(error, "unknown flags " + std::to_string(flags));
+  const bool has_source = (flags & kHasSource) != 0;
+  const uint32_t source = has_source ? static_cast<uint32_t>(in.uint(4)) : kNoSource;
   out->stage_state.reset();
   out->dispatch_state.reset();
   if (flags & kHasStageState) out->stage_state = std::make_shared<const std::string>(in.str());
   if (flags & kHasDispatchState)
     out->dispatch_state = std::make_shared<const std::string>(in.str());
   if (in.failed()) return fail(error, "cut short");
+  if (has_source != !in_file.empty() || (has_source && source == kNoSource))
+    return fail(error, in_file.empty() ? "a source, and no field in a file range"
+                                       : "fields in a file range, and no source");
+  if (in_file.empty()) return true;
+  if (files == nullptr || !*files)
+    return fail(error, "fields in a file range of source " + std::to_string(source) +
+                           ", where only the region is allowed");
+  auto view = (*files)(source, file_begin, file_end - file_begin);
+  if (!view.is_ok()) return fail(error, view.status().message());
+  for (const auto& [index, offset] : in_file)
+    out->fields[index].data = view->data + (offset - file_begin);
+  if (in_region == 0) {
+    out->owner = std::move(view->keep);
+  } else {
+    out->owners.push_back(std::move(view->keep));
+  }
   return true;
 }
 
 }  // namespace
 
 bool decode_item(std::string_view bytes, size_t* pos, const uint8_t* region, uint64_t region_bytes,
-                 Item* out, std::string* error) {
+                 Item* out, std::string* error, const FileRanges* files) {
   Reader in(bytes, std::min(*pos, bytes.size()));
-  const bool ok = decode(in, region, region_bytes, out, error);
+  const bool ok = decode(in, region, region_bytes, out, error, files);
   *pos = in.pos();
   return ok;
 }
 
 Status decode_items(std::string_view block, const uint8_t* region, uint64_t region_bytes,
-                    std::vector<Item>* out, const std::string& what) {
+                    std::vector<Item>* out, const std::string& what, const FileRanges* files) {
   Reader in(block, 0);
   const uint64_t version = in.uint(4), count = in.uint(4);
   if (in.failed()) return corrupt(what + ": item descriptors cut short");
@@ -229,7 +301,7 @@ Status decode_items(std::string_view block, const uint8_t* region, uint64_t regi
   std::string error;
   for (uint64_t i = 0; i < count; ++i) {
     out->emplace_back();
-    if (!decode(in, region, region_bytes, &out->back(), &error)) {
+    if (!decode(in, region, region_bytes, &out->back(), &error, files)) {
       out->pop_back();
       return corrupt(what + ": item " + std::to_string(i) + " of " + std::to_string(count) + ": " +
                      error);

@@ -4,15 +4,25 @@
 // A process that hands items to another one copies their field bytes into shared memory
 // (a run of the arena, or a broadcast shard's image) and writes each item's descriptor:
 //   item  = u64 id | u32 shard | u64 position | u32 worker | str key | u32 fields |
-//           fields x (str name | u64 offset | u64 size) | u8 flags |
-//           [str stage_state if flags & 1] | [str dispatch_state if flags & 2]
+//           fields x (str name | u8 place | u64 offset | u64 size) | u8 flags |
+//           [u32 source if flags & 4] | [str stage_state if flags & 1] |
+//           [str dispatch_state if flags & 2]
 //   block = u32 version (kItemCodecVersion) | u32 count | count x item
-// (runtime/codec.h encodings: little-endian, str = u32 length + bytes). Offsets are
-// relative to the payload region the descriptor goes with; the reader checks that every
-// field lies inside that region, that names are sorted and unique, and that counts fit the
-// bytes left, so a damaged or hostile descriptor is a kCorrupt error, never a crash, an
+// (runtime/codec.h encodings: little-endian, str = u32 length + bytes). A field of place 0
+// lies in the payload region the descriptor goes with, at `offset`; the reader checks that it
+// lies inside that region, that names are sorted and unique, and that counts fit the bytes
+// left, so a damaged or hostile descriptor is a kCorrupt error, never a crash, an
 // out-of-bounds view or a large allocation. Decoded fields are views into the region: the
 // caller sets the owner that keeps it alive. A change of the layout is a new version.
+//
+// File ranges: a field of place 1 was not copied; it is bytes [offset, offset + size) of
+// the item's source file (`source`, an index into the manifest both processes hold), which
+// the reader maps itself through a FileRanges callback, once per item for all its fields in
+// the file. A producer names a field so only when its item's owner is a FileBytes
+// (runtime/item.h: a mapping of a local shard) holding it, and the field is at least
+// `file_field_bytes` long: large samples then cross as a descriptor, and the loader reads the
+// page cache as it does with workers in its own process. A reader without the callback
+// refuses such a field.
 //
 // plan_payload() lays the field bytes of a run of items out once: fields whose bytes
 // overlap or touch in memory (windows cut from one buffer) share one copy, as they share
@@ -22,6 +32,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,7 +44,17 @@
 
 namespace shardyard::io {
 
-inline constexpr uint32_t kItemCodecVersion = 1;
+inline constexpr uint32_t kItemCodecVersion = 2;
+inline constexpr uint8_t kPlaceRegion = 0, kPlaceFile = 1;
+inline constexpr uint32_t kNoSource = 0xffffffffu;
+
+// What a reader maps for a file range: bytes [offset, offset + size) of source `source` at
+// `data`, kept alive by `keep`.
+struct FileView {
+  const uint8_t* data = nullptr;
+  std::shared_ptr<const void> keep;
+};
+using FileRanges = std::function<Result<FileView>(uint32_t source, uint64_t offset, uint64_t size)>;
 
 struct PayloadPlan {
   struct Extent {
@@ -42,6 +64,8 @@ struct PayloadPlan {
   };
   std::vector<Extent> extents;
   std::vector<uint64_t> field_offsets;  // one per field of the items, in order
+  std::vector<uint8_t> field_places;    // one per field: kPlaceRegion or kPlaceFile
+  std::vector<uint32_t> item_sources;   // one per item: its source, or kNoSource
   uint64_t bytes = 0;                   // the region's size
   struct Range {
     uintptr_t start;
@@ -51,26 +75,33 @@ struct PayloadPlan {
   std::vector<Range> scratch;  // reused between calls
 };
 
-// The layout of items[0..n)'s field bytes in a region.
-void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan);
+// The layout of items[0..n)'s field bytes in a region; with file_field_bytes > 0, fields at
+// least that long that lie in their item's FileBytes owner are named by file range instead.
+void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan,
+                  uint64_t file_field_bytes = 0);
 // Copies the bytes of `plan` into `region` (plan.bytes long).
 void copy_payload(const PayloadPlan& plan, uint8_t* region);
 // The region size plan_payload() gives at most (no field shares bytes).
-uint64_t payload_upper_bound(const Item& item, uint64_t align);
+uint64_t payload_upper_bound(const Item& item, uint64_t align, uint64_t file_field_bytes = 0);
 
-// The exact size of encode_item()'s output for `item`.
-uint64_t encoded_item_bytes(const Item& item);
-// One item's descriptor; `offsets` holds one offset per field of `item`.
-void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* out);
-// A block of n items with plan.field_offsets.
+// The exact size of encode_item()'s output for `item`, with or without a source.
+uint64_t encoded_item_bytes(const Item& item, bool source = false);
+// One item's descriptor; `offsets` holds one offset per field of `item`, `places` one place
+// per field (nullptr: all in the region), and `source` the item's source for file ranges.
+void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* out,
+                 const uint8_t* places = nullptr, uint32_t source = kNoSource);
+// A block of n items with plan.field_offsets (and field_places and item_sources, where set).
 void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out);
 
 // Decodes the item at bytes[*pos..], moving *pos past it; its fields view
-// region[0..region_bytes). False on damage (`error` says what).
+// region[0..region_bytes), or what `files` maps for file ranges (nullptr: refused). False on
+// damage or a range `files` cannot map (`error` says what). An item whose fields all lie in
+// its file gets the mapping as `owner`; with fields in the region too it is in `owners`.
 bool decode_item(std::string_view bytes, size_t* pos, const uint8_t* region, uint64_t region_bytes,
-                 Item* out, std::string* error);
+                 Item* out, std::string* error, const FileRanges* files = nullptr);
 // Decodes a block, appending its items to `out`; `what` names the block in messages.
 Status decode_items(std::string_view block, const uint8_t* region, uint64_t region_bytes,
-                    std::vector<Item>* out, const std::string& what);
+                    std::vector<Item>* out, const std::string& what,
+                    const FileRanges* files = nullptr);
 
 }  // namespace shardyard::io

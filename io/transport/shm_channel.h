@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "io/transport/data_plane.h"
+#include "io/transport/item_codec.h"
 #include "io/transport/shm_segment.h"
 #include "io/transport/unix_socket.h"
 
@@ -46,6 +47,11 @@ struct ShmChannelOptions {
   uint64_t max_run_bytes = 0;          // largest run (payload + descriptors); 0: arena / 4
   int wait_timeout_ms = 600000;        // longest push() or pop() wait, > 0
   SegmentOptions segment;              // where arenas live; names the size option
+  // The loader's side: maps ranges of source files, so that producers may name fields of at
+  // least file_field_bytes by file range instead of copying them (io/transport/item_codec.h,
+  // "File ranges"). Unset: every field is copied.
+  FileRanges files;
+  uint64_t file_field_bytes = 64u << 10;
 };
 
 // One producer as the loader sees it.

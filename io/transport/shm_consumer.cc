@@ -96,11 +96,14 @@ struct ShmConsumer::Impl {
       SY_RETURN_IF_ERROR(decode_items(
           std::string_view(reinterpret_cast<const char*>(base) + r.descriptor_offset,
                            r.descriptor_bytes),
-          base, r.descriptor_offset, &p.items, l->who() + ", run at " + std::to_string(r.start)));
+          base, r.descriptor_offset, &p.items, l->who() + ", run at " + std::to_string(r.start),
+          options.files ? &options.files : nullptr));
       if (p.items.size() - before != r.items)
         return corrupt(l->who() + ": a run announces " + std::to_string(r.items) +
                        " items and holds " + std::to_string(p.items.size() - before));
-      for (size_t i = before; i < p.items.size(); ++i) p.items[i].owner = lease;
+      // An item whose fields all lie in its file holds that mapping, not the run.
+      for (size_t i = before; i < p.items.size(); ++i)
+        if (p.items[i].owner == nullptr) p.items[i].owner = lease;
     }
     if (r.flags & RunFrame::kLastRun) {
       ready.emplace_back(l.get(), std::move(p));
@@ -247,6 +250,7 @@ Result<std::shared_ptr<ShmConsumer>> ShmConsumer::open(std::vector<ShmPeer> prod
         options.max_run_bytes == 0 ? capacity / 4 : std::min(options.max_run_bytes, capacity);
     hello.channel = options.name;
     hello.producer = peer.name;
+    hello.file_field_bytes = options.files ? std::max<uint64_t>(options.file_field_bytes, 1) : 0;
     Frame f{kHello, encode(hello), {}};
     SY_ASSIGN_OR_RETURN(UniqueFd fd, l->arena->segment().duplicate());
     f.fds.push_back(std::move(fd));

@@ -52,6 +52,7 @@ std::string encode(const HelloFrame& f) {
   w.u64(f.max_run_bytes);
   w.str(f.channel.substr(0, kMaxNameBytes));
   w.str(f.producer.substr(0, kMaxNameBytes));
+  w.u64(f.file_field_bytes);
   return std::move(w.out);
 }
 
@@ -84,12 +85,14 @@ Result<HelloFrame> decode_hello(std::string_view body) {
   ByteReader in(body);
   HelloFrame f;
   f.version = in.u32();
+  // The version first: another version's hello may be laid out otherwise.
+  if (!in.failed()) SY_RETURN_IF_ERROR(check_version("hello", f.version));
   f.capacity = in.u64();
   f.packets_in_flight = in.u32();
   f.max_run_bytes = in.u64();
-  if (!name(&in, &f.channel) || !name(&in, &f.producer) || !in.done())
-    return bad("hello", "is malformed");
-  SY_RETURN_IF_ERROR(check_version("hello", f.version));
+  if (!name(&in, &f.channel) || !name(&in, &f.producer)) return bad("hello", "is malformed");
+  f.file_field_bytes = in.u64();
+  if (!in.done()) return bad("hello", "is malformed");
   if (f.packets_in_flight == 0) return bad("hello", "allows no packet in flight");
   if (f.max_run_bytes == 0 || f.max_run_bytes > f.capacity)
     return bad("hello", "has a largest run of " + std::to_string(f.max_run_bytes) +

@@ -5,7 +5,8 @@
 //
 //   kHello    consumer -> producer, with the arena's descriptor: protocol version, arena
 //             capacity, packets the producer may have in flight, its largest run, channel and
-//             producer names
+//             producer names, and the smallest field the producer may name by file range
+//             (0: none; io/transport/item_codec.h)
 //   kHelloAck producer -> consumer: protocol version, the producer's pid
 //   kRun      producer -> consumer: a run of the arena holding items (their bytes and, at
 //             `descriptor_offset`, their descriptors, io/transport/item_codec.h); the last
@@ -25,7 +26,7 @@
 
 namespace shardyard::io {
 
-inline constexpr uint32_t kShmProtocolVersion = 1;
+inline constexpr uint32_t kShmProtocolVersion = 2;
 inline constexpr size_t kMaxNameBytes = 1024;
 inline constexpr size_t kMaxFinishMessageBytes = 8192;
 
@@ -46,6 +47,7 @@ struct HelloFrame {
   uint64_t max_run_bytes = 0;      // largest run the producer may place
   std::string channel;             // "r0/e1/w2"
   std::string producer;            // how the consumer names this producer in messages
+  uint64_t file_field_bytes = 0;   // fields this long or longer may cross as file ranges
 };
 
 struct HelloAckFrame {

@@ -97,8 +97,9 @@ struct ShmProducer::Impl {
     return shardyard::cancelled(name() + ": the channel was cancelled");
   }
 
-  static uint64_t run_upper_bound(const Item& item) {
-    return payload_upper_bound(item, kArenaAlign) + encoded_item_bytes(item) + kArenaAlign;
+  uint64_t run_upper_bound(const Item& item) const {
+    return payload_upper_bound(item, kArenaAlign, hello.file_field_bytes) +
+           encoded_item_bytes(item, hello.file_field_bytes > 0) + kArenaAlign;
   }
 
   // The exact size of the packet's runs (fields that share bytes share them) against the
@@ -106,9 +107,10 @@ struct ShmProducer::Impl {
   Status check_fits(const std::vector<Item>& items) {
     uint64_t total = 0;
     for (const auto& [i, j] : runs) {
-      plan_payload(items.data() + i, j - i, kArenaAlign, &plan);
+      plan_payload(items.data() + i, j - i, kArenaAlign, &plan, hello.file_field_bytes);
       uint64_t descriptors = 8;
-      for (size_t k = i; k < j; ++k) descriptors += encoded_item_bytes(items[k]);
+      for (size_t k = i; k < j; ++k)
+        descriptors += encoded_item_bytes(items[k], hello.file_field_bytes > 0);
       total += align_arena(align_arena(plan.bytes) + descriptors);
     }
     if (total <= ring.capacity()) return Status::ok();
@@ -120,7 +122,7 @@ struct ShmProducer::Impl {
 
   // Places items[0..n) in one run and sends its frame.
   Status send_run(const Item* items, size_t n, bool last) {
-    plan_payload(items, n, kArenaAlign, &plan);
+    plan_payload(items, n, kArenaAlign, &plan, hello.file_field_bytes);
     descriptors.out.clear();
     encode_items(items, n, plan, &descriptors);
     const uint64_t descriptor_offset = align_arena(plan.bytes);

@@ -4,10 +4,12 @@ docs/worker-processes.md): real worker processes, real SIGKILLs, real shared mem
 
 Usage: run_workers_e2e.py --shardyard BIN --crash-shardyard BIN CASE
   same_batches  --placement local dumps the very rows --placement inproc dumps, for several
-                ranks, workers, orders, a stateful stage, a windows dataset; dispatch modes
+                ranks, workers, orders, a stateful stage, a windows dataset, large samples
+                (file ranges) with a 1 MiB arena; dispatch modes
                 that need placement inproc are refused with a clear message
   kill_workers  SIGKILL of a worker process at 20 random moments: every run exactly once and
-                identical to an undisturbed run (a stateful stage included), restarts counted
+                identical to an undisturbed run (a stateful stage included), restarts counted;
+                5 more on large samples, whose big fields cross as file ranges
   crash_stage   a stage that segfaults once on one key: the run goes on, the log names pid,
                 signal, item and unit, the batches are the undisturbed ones
   poison        a stage that crashes on one key every time: the run stops after
@@ -169,6 +171,34 @@ def case_same_batches(tmp):
             base.check_exactly_once(rows, exp, 1, 8, name)
         else:
             same_rows(ref, got, ranks, name)
+    # Large samples of 1 byte to 400 KB: fields of 64 KiB and more that a worker reads from
+    # its shards by mapping cross as ranges of the shard files, which the rank maps itself;
+    # smaller ones, and items a dispatcher hands out, through arenas.
+    large, _ = dataset(os.path.join(tmp, "large"), shards=4, samples=20, bytes=200000,
+                       vary=True)
+    for name, extra, ranks in [
+            ("large R1 W2", ["--workers", "2", "--map", "count:field=seq"], 1),
+            ("large R2 W2 round robin", ["--ranks", "2", "--workers", "2", "--dispatch",
+                                         "round_robin"], 2),
+            ("large R1 W3 broadcast", ["--workers", "3", "--dispatch", "broadcast"], 1)]:
+        ref, got = os.path.join(tmp, "ref-" + name), os.path.join(tmp, "got-" + name)
+        a = run(base.ARGS.shardyard, large, ref, *extra)
+        b = run(base.ARGS.shardyard, large, got, *extra, "--placement", "local")
+        check(a.returncode == 0 and b.returncode == 0,
+              f"{name}: {a.stderr[-300:]} {b.stderr[-300:]}")
+        if a.returncode == 0 and b.returncode == 0:
+            same_rows(ref, got, ranks, name)
+    # Samples of 300 KB, each read by mapping: a 1 MiB arena is enough, since only their
+    # descriptors take room in it (copied, one packet of them would need 4 MiB).
+    big, _ = dataset(os.path.join(tmp, "big"), shards=2, samples=12, bytes=300000)
+    ref, got = os.path.join(tmp, "ref-big"), os.path.join(tmp, "got-big")
+    a = run(base.ARGS.shardyard, big, ref, "--workers", "2")
+    b = run(base.ARGS.shardyard, big, got, "--workers", "2", "--placement", "local",
+            "--shm-arena-mb", "1")
+    check(a.returncode == 0 and b.returncode == 0,
+          f"300 KB samples, 1 MiB arena: {a.stderr[-300:]} {b.stderr[-300:]}")
+    if a.returncode == 0 and b.returncode == 0:
+        same_rows(ref, got, 1, "300 KB samples, 1 MiB arena")
     # A windows dataset: each worker process rebuilds its manifest from the record files.
     rec = os.path.join(tmp, "rec")
     os.makedirs(rec)
@@ -247,8 +277,36 @@ def case_kill_workers(tmp):
             check(f"pid {killed}" in err and "SIGKILL" in err and "epoch" in err,
                   f"{what}: the log does not name the pid, the signal and the unit: "
                   f"{err[-300:]}")
-    check(restarts_seen >= 10, f"only {restarts_seen} of 20 kills met a running worker")
-    print(f"kill_workers: {restarts_seen} restarts over 20 runs", file=sys.stderr)
+    # Large samples, whose big fields cross as file ranges the rank maps: 5 more kills.
+    large, _ = dataset(os.path.join(tmp, "large"), shards=4, samples=30, bytes=200000,
+                       vary=True)
+    extra = ["--workers", "3", "--epochs", "2", "--map", "sleep:us=1500", "--map",
+             "count:field=seq"]
+    ref = os.path.join(tmp, "ref-large")
+    a = run(base.ARGS.shardyard, large, ref, *extra)
+    check(a.returncode == 0, f"large: undisturbed run failed: {a.stderr[-400:]}")
+    undisturbed = summary(a).get("total_seconds", 1.0)
+    for i in range(5):
+        dump = os.path.join(tmp, f"large-k{i}")
+        p = start_run(base.ARGS.shardyard, large, dump, *extra)
+        time.sleep(rng.uniform(0.05, max(0.1, undisturbed * 0.9)))
+        kids = workers_of(p.pid, base.ARGS.shardyard)
+        if kids:
+            os.kill(rng.choice(kids), signal.SIGKILL)
+        try:
+            out, err = p.communicate(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            check(False, f"large kill {i}: the run did not end")
+            continue
+        check(p.returncode == 0, f"large kill {i}: rc {p.returncode}: {err[-400:]}")
+        if p.returncode == 0:
+            same_rows(ref, dump, 1, f"large kill {i}")
+            restarts_seen += summary(subprocess.CompletedProcess([], 0, out, err)).get(
+                "worker_restarts", 0)
+    check(restarts_seen >= 10, f"only {restarts_seen} of 25 kills met a running worker")
+    print(f"kill_workers: {restarts_seen} restarts over 25 runs", file=sys.stderr)
 
 
 def key_of(exp, index):

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "io/transport/shm_frames.h"
 #include "io/transport/shm_shard.h"
@@ -171,7 +172,9 @@ TEST(ItemCodec, RefusesUnknownVersionsFlagsAndImpossibleCounts) {
   w.u32(kItemCodecVersion + 1);
   w.u32(0);
   std::vector<Item> out;
-  EXPECT_NE(decode_items(w.out, nullptr, 0, &out, "t").message().find("version 2"),
+  EXPECT_NE(decode_items(w.out, nullptr, 0, &out, "t")
+                .message()
+                .find("version " + std::to_string(kItemCodecVersion + 1)),
             std::string::npos);
   ByteWriter many;
   many.u32(kItemCodecVersion);
@@ -183,12 +186,12 @@ TEST(ItemCodec, RefusesUnknownVersionsFlagsAndImpossibleCounts) {
   ByteWriter one;
   encode_item(it, nullptr, &one);
   std::string bytes = one.out;
-  bytes[bytes.size() - 1] = 4;  // flags
+  bytes[bytes.size() - 1] = 8;  // flags
   ByteWriter block;
   block.u32(kItemCodecVersion);
   block.u32(1);
   EXPECT_NE(
-      decode_items(block.out + bytes, nullptr, 0, &out, "t").message().find("unknown flags 4"),
+      decode_items(block.out + bytes, nullptr, 0, &out, "t").message().find("unknown flags 8"),
       std::string::npos);
   ByteWriter fields;  // an item claiming 2^32-1 fields
   fields.u32(kItemCodecVersion);
@@ -202,6 +205,189 @@ TEST(ItemCodec, RefusesUnknownVersionsFlagsAndImpossibleCounts) {
   fields.out.append(40, '\0');
   EXPECT_NE(decode_items(fields.out, nullptr, 0, &out, "t").message().find("fields in"),
             std::string::npos);
+}
+
+// A "file" of 1 MiB whose bytes say where they are, mapped (here: held) by a FileBytes
+// owner as SampleReader holds a mapped range of a tar shard.
+struct FakeFile {
+  std::shared_ptr<std::string> bytes = [] {
+    auto b = std::make_shared<std::string>(1 << 20, '\0');
+    for (size_t i = 0; i < b->size(); ++i) (*b)[i] = static_cast<char>((i * 131) >> 8);
+    return b;
+  }();
+  // An owner for bytes [from, from + n) of the file, as source `source`.
+  std::shared_ptr<const void> owner(uint32_t source, uint64_t from, uint64_t n) const {
+    return file_bytes_owner(FileBytes{bytes, u8(*bytes) + from, n, source, from});
+  }
+  const uint8_t* at(uint64_t offset) const { return u8(*bytes) + offset; }
+};
+
+// A reader's FileRanges over the same file, counting what it maps.
+struct Ranges {
+  const FakeFile& file;
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> calls;
+  FileRanges callback() {
+    return [this](uint32_t source, uint64_t offset, uint64_t size) -> Result<FileView> {
+      calls.emplace_back(source, offset, size);
+      if (source == 9) return io_error("shard nine: no such file");
+      if (offset + size > file.bytes->size()) return corrupt("past the end");
+      return FileView{file.at(offset), std::make_shared<int>(1)};
+    };
+  }
+};
+
+TEST(ItemCodec, LargeFieldsOfAMappedFileCrossAsFileRanges) {
+  FakeFile file;
+  std::vector<Item> items(3);
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item& it = items[i];
+    it.id = i;
+    it.key = "k" + std::to_string(i);
+    const uint64_t from = 200000 * i + 4096;  // the item's range of the file
+    it.owner = file.owner(3, from, 150000);
+    it.set_field_view("big", file.at(from + 512), 100000);  // in the file: by range
+    it.set_field_view("cls", file.at(from + 100512), 4);    // small: copied
+  }
+  items[1].set_field("made", std::string(70000, 'm'));      // a stage's bytes: copied
+  items[2].set_field_view("past", file.at(900000), 80000);  // outside the owner's range
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan, 65536);
+  ASSERT_EQ(plan.item_sources, (std::vector<uint32_t>{3, 3, 3}));
+  EXPECT_EQ(plan.field_places,
+            (std::vector<uint8_t>{kPlaceFile, kPlaceRegion, kPlaceFile, kPlaceRegion, kPlaceRegion,
+                                  kPlaceFile, kPlaceRegion, kPlaceRegion}));
+  EXPECT_EQ(plan.field_offsets[0], 4096u + 512u) << "the place in the file";
+  EXPECT_LT(plan.bytes, 160000u) << "only 'made', 'past' and the small fields are copied";
+  EXPECT_EQ(payload_upper_bound(items[0], 64, 65536), 64u);
+  EXPECT_EQ(payload_upper_bound(items[0], 64), 100096u);
+  std::string region(plan.bytes, '\0');
+  copy_payload(plan, reinterpret_cast<uint8_t*>(region.data()));
+  ByteWriter w;
+  encode_items(items.data(), items.size(), plan, &w);
+
+  Ranges ranges{file, {}};
+  const FileRanges files = ranges.callback();
+  std::vector<Item> out;
+  ASSERT_TRUE(decode_items(w.out, u8(region), region.size(), &out, "t", &files).is_ok());
+  ASSERT_EQ(out.size(), 3u);
+  ASSERT_EQ(ranges.calls.size(), 3u) << "one mapping per item";
+  EXPECT_EQ(ranges.calls[0], std::make_tuple(3u, uint64_t{4608}, uint64_t{100000}));
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(out[i].fields.size(), items[i].fields.size());
+    for (size_t f = 0; f < items[i].fields.size(); ++f)
+      EXPECT_EQ(out[i].fields[f].view(), items[i].fields[f].view()) << i << " " << f;
+    EXPECT_EQ(out[i].owner, nullptr) << "fields in the region too: the caller adds its owner";
+    EXPECT_EQ(out[i].owners.size(), 1u) << "the mapping";
+  }
+  EXPECT_EQ(out[0].field("big")->data, file.at(4608)) << "a view of the reader's mapping";
+  EXPECT_EQ(ranges.calls[2], std::make_tuple(3u, uint64_t{404608}, uint64_t{100000}))
+      << "'past' lies outside the owner's range: copied";
+
+  // An item whose bytes all lie in the file holds the mapping as its owner.
+  Item only;
+  only.key = "only";
+  only.owner = file.owner(0, 0, 300000);
+  only.set_field_view("big", file.at(1000), 100000);
+  only.set_field_view("big2", file.at(200000), 100000);
+  plan_payload(&only, 1, 64, &plan, 65536);
+  EXPECT_EQ(plan.bytes, 0u);
+  ByteWriter one;
+  encode_items(&only, 1, plan, &one);
+  EXPECT_EQ(one.out.size(), 8 + encoded_item_bytes(only, true));
+  out.clear();
+  ranges.calls.clear();
+  ASSERT_TRUE(decode_items(one.out, nullptr, 0, &out, "t", &files).is_ok());
+  EXPECT_EQ(ranges.calls,
+            (std::vector<std::tuple<uint32_t, uint64_t, uint64_t>>{{0, 1000, 299000}}))
+      << "one span over both fields";
+  EXPECT_NE(out[0].owner, nullptr);
+  EXPECT_TRUE(out[0].owners.empty());
+  EXPECT_EQ(out[0].fields[0].view(), only.fields[0].view());
+  EXPECT_EQ(out[0].fields[1].view(), only.fields[1].view());
+
+  // Without a threshold (a broadcast image, a reader without FileRanges) all is copied.
+  plan_payload(&only, 1, 64, &plan);
+  EXPECT_EQ(plan.item_sources[0], kNoSource);
+  EXPECT_EQ(plan.bytes, 2 * 100032u);
+}
+
+TEST(ItemCodec, OnlyAFileBytesOwnerMakesFileRanges) {
+  FakeFile file;
+  Item it;
+  it.key = "k";
+  it.owner = file.bytes;  // the same bytes, but not said to be a file's
+  it.set_field_view("big", file.at(0), 100000);
+  PayloadPlan plan;
+  plan_payload(&it, 1, 64, &plan, 1);
+  EXPECT_EQ(plan.item_sources[0], kNoSource);
+  EXPECT_EQ(file_bytes_of(it.owner), nullptr);
+  it.owner = file.owner(1, 0, 100000);
+  ASSERT_NE(file_bytes_of(it.owner), nullptr);
+  EXPECT_EQ(file_bytes_of(it.owner)->source, 1u);
+  plan_payload(&it, 1, 64, &plan, 1);
+  EXPECT_EQ(plan.item_sources[0], 1u);
+  // A stage that replaces the owner (and so may free the mapping) turns it off.
+  it.owner = std::make_shared<std::string>("decoded");
+  plan_payload(&it, 1, 64, &plan, 1);
+  EXPECT_EQ(plan.item_sources[0], kNoSource);
+}
+
+TEST(ItemCodec, FileRangesAreRefusedWithoutAReaderAndWhenDamaged) {
+  FakeFile file;
+  Item it;
+  it.key = "k";
+  it.owner = file.owner(2, 0, 200000);
+  it.set_field_view("big", file.at(100), 100000);
+  PayloadPlan plan;
+  plan_payload(&it, 1, 64, &plan, 1);
+  ByteWriter w;
+  encode_items(&it, 1, plan, &w);
+  std::vector<Item> out;
+  Status s = decode_items(w.out, nullptr, 0, &out, "t");
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt);
+  EXPECT_NE(s.message().find("file range of source 2, where only the region is allowed"),
+            std::string::npos)
+      << s.message();
+  // What the reader's callback says, when it cannot map.
+  Ranges ranges{file, {}};
+  const FileRanges files = ranges.callback();
+  it.owner = file.owner(9, 0, 200000);
+  plan_payload(&it, 1, 64, &plan, 1);
+  ByteWriter nine;
+  encode_items(&it, 1, plan, &nine);
+  s = decode_items(nine.out, nullptr, 0, &out, "t", &files);
+  EXPECT_NE(s.message().find("shard nine: no such file"), std::string::npos) << s.message();
+
+  // Damage: every byte of the descriptor's file parts changed one way or another is
+  // refused or decodes to bytes of the file, never to a view past it.
+  const size_t place_at = 4 + 4 + 8 + 4 + 8 + 4 + 4 + 1 + 4 + 4 + 3;  // after the name "big"
+  ASSERT_EQ(w.out[place_at], static_cast<char>(kPlaceFile));
+  auto refused = [&](std::string bytes, const std::string& why) {
+    out.clear();
+    Status st = decode_items(bytes, file.at(0), file.bytes->size(), &out, "t", &files);
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt) << why;
+    EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+  };
+  std::string b = w.out;
+  b[place_at] = 2;
+  refused(b, "unknown place 2");
+  b = w.out;
+  b[place_at] = kPlaceRegion;
+  refused(b, "a source, and no field in a file range");
+  b = w.out;
+  std::memset(&b[place_at + 9], 0, 8);  // size 0
+  refused(b, "names the file range");
+  b = w.out;
+  std::memset(&b[place_at + 1], 0xff, 8);  // offset + size overflows
+  refused(b, "names the file range");
+  b = w.out;
+  b[place_at + 17] = 0;  // flags without the source
+  b.resize(b.size() - 4);
+  refused(b, "fields in a file range, and no source");
+  b = w.out;
+  std::memset(&b[place_at + 1], 0, 8);
+  b[place_at + 4] = 0x10;  // offset 2^24: past the callback's file
+  refused(b, "past the end");
 }
 
 // The seed corpus of transport_fuzz (tests/fuzz/transport_corpus): one input per decoder,
@@ -221,12 +407,18 @@ std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   plan_payload(items.data(), items.size(), 64, &plan);
   ByteWriter block;
   encode_items(items.data(), items.size(), plan, &block);
+  // The same items with their large fields named by file range (source 1).
+  for (auto& it : items) it.owner = file_bytes_owner(FileBytes{nullptr, u8(buf), buf.size(), 1, 0});
+  plan_payload(items.data(), items.size(), 64, &plan, 1024);
+  ByteWriter file_block;
+  encode_items(items.data(), items.size(), plan, &file_block);
   HelloFrame hello;
   hello.capacity = 1 << 20;
   hello.packets_in_flight = 4;
   hello.max_run_bytes = 1 << 18;
   hello.channel = "r0/e1/w2";
   hello.producer = "worker 2";
+  hello.file_field_bytes = 65536;
   RunFrame run{4096, 8192, 6144, 2000, 3, RunFrame::kLastRun};
   SharedShard shard;
   shard.shard = 5;
@@ -244,6 +436,7 @@ std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   frame.u32(kFrameVersion | (uint32_t{kRun} << 16));
   frame.u32(static_cast<uint32_t>(encode(run).size()));
   return {{"items", '\0' + block.out},
+          {"items_file", '\0' + file_block.out},
           {"hello", '\1' + encode(hello)},
           {"hello_ack", '\2' + encode(HelloAckFrame{kShmProtocolVersion, 1234})},
           {"run", '\3' + encode(run)},

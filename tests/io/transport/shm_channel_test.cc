@@ -307,6 +307,78 @@ TEST_F(ShmChannelTest, EmptyPacketsAndItemsWithoutBytesTravel) {
   EXPECT_EQ(child.wait(20000), kProduced);
 }
 
+// A source file's bytes as both processes know them (the producer's "mapping" of it, the
+// loader's FileRanges), and items whose large fields view them.
+const std::string& source_bytes() {
+  static const std::string bytes = [] {
+    std::string b(4 << 20, '\0');
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>((i * 2654435761u) >> 24);
+    return b;
+  }();
+  return bytes;
+}
+
+Packet file_packet(int first, int n) {
+  const auto* base = reinterpret_cast<const uint8_t*>(source_bytes().data());
+  auto owner = file_bytes_owner(FileBytes{nullptr, base, source_bytes().size(), 5, 0});
+  Packet p;
+  for (int i = first; i < first + n; ++i) {
+    Item it;
+    it.key = "f" + std::to_string(i);
+    it.owner = owner;
+    it.set_field_view("big", base + 300000 * i, 200000);
+    it.set_field_view("cls", base + 300000 * i + 200000, 10);
+    p.items.push_back(std::move(it));
+  }
+  return p;
+}
+
+TEST_F(ShmChannelTest, LargeFieldsOfAFileCrossAsRangesTheLoaderMaps) {
+  for (const bool loader_maps : {true, false}) {
+    Ends ends = make_ends();
+    Child child = fork_with_producer(ends, [&](ShmProducer& producer) {
+      for (int k = 0; k < 12; k += 4)
+        if (!producer.push(file_packet(k, 4)).is_ok()) return kPushFailed;
+      producer.finish(Status::ok());
+      return kProduced;
+    });
+    // An arena far too small for the fields: only their descriptors and `cls` go there.
+    ShmChannelOptions o = channel_options(loader_maps ? 64 << 10 : 4 << 20);
+    int mapped = 0;
+    if (loader_maps)
+      o.files = [&](uint32_t source, uint64_t offset, uint64_t size) -> Result<FileView> {
+        ++mapped;
+        if (source != 5 || offset + size > source_bytes().size()) return corrupt("bad range");
+        const auto* at = reinterpret_cast<const uint8_t*>(source_bytes().data()) + offset;
+        return FileView{at, std::make_shared<int>(0)};
+      };
+    auto ch = open_consumer(ends, o);
+    ASSERT_TRUE(ch);
+    std::vector<Item> got;
+    for (;;) {
+      Packet p;
+      auto more = ch->pop(&p);
+      ASSERT_TRUE(more.is_ok()) << more.status().to_string();
+      if (!*more) break;
+      for (auto& it : p.items) got.push_back(std::move(it));
+    }
+    ASSERT_EQ(got.size(), 12u);
+    const Packet want = file_packet(0, 12);
+    const auto* base = reinterpret_cast<const uint8_t*>(source_bytes().data());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].key, want.items[i].key);
+      EXPECT_EQ(got[i].field("big")->view(), want.items[i].field("big")->view());
+      EXPECT_EQ(got[i].field("cls")->view(), want.items[i].field("cls")->view());
+      const bool viewed = got[i].field("big")->data == base + 300000 * i;
+      EXPECT_EQ(viewed, loader_maps) << "a view of the loader's own bytes, or a copy";
+    }
+    EXPECT_EQ(mapped, loader_maps ? 12 : 0);
+    got.clear();
+    EXPECT_EQ(ch->held_bytes(), 0u);
+    EXPECT_EQ(child.wait(20000), kProduced);
+  }
+}
+
 TEST_F(ShmChannelTest, APacketThatCanNeverFitIsAnErrorNotAWait) {
   Ends ends = make_ends();
   SharedCounter code;
