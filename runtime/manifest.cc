@@ -207,8 +207,8 @@ constexpr uint64_t kMinSampleBytes = 4 + 8 + 8 + 8;
 
 }  // namespace
 
-std::string encode_manifest(const Manifest& m) {
-  ByteWriter body;
+std::string encode_manifest(const Manifest& m, bool checksum) {
+  ByteWriter body = begin_envelope(kMagic, kManifestFormatVersion);
   body.u64(m.fingerprint);
   body.u8(m.strict_members ? 1 : 0);
   body.u64(m.sources.size());
@@ -234,7 +234,7 @@ std::string encode_manifest(const Manifest& m) {
       body.u64(e.payload_bytes);
     }
   }
-  return seal(kMagic, kManifestFormatVersion, body.out);
+  return end_envelope(std::move(body), checksum);
 }
 
 Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name, bool verify) {

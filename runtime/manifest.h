@@ -121,7 +121,9 @@ struct Manifest {
 uint64_t compute_fingerprint(const Manifest& m);
 
 // Versioned binary encoding (magic "SYMANIF\0", format version, body, 64-bit checksum).
-std::string encode_manifest(const Manifest& m);
+// With checksum false the checksum is 0 (not computed): only for decode_manifest() with
+// verify false.
+std::string encode_manifest(const Manifest& m, bool checksum = true);
 // Decodes and validates magic, version and checksum, and that the fingerprint matches the
 // content; `name` is used in error messages. With verify false the checksum and the
 // fingerprint are not computed (the layout is still checked, so damage is an error, never a

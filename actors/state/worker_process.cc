@@ -1005,8 +1005,9 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     j.scan_threads = options.scan_threads;
     j.sources = options.sources;
   } else {
-    // The manifest once, in a segment every worker process maps read-only to decode it.
-    const std::string encoded = encode_manifest(*job.manifest);
+    // The manifest once, in a segment every worker process maps read-only to decode it
+    // (without a checksum: they decode it without verifying, rebuild_job()).
+    const std::string encoded = encode_manifest(*job.manifest, /*checksum=*/false);
     io::SegmentOptions seg;
     seg.dir = options.shm_dir;
     seg.what = "the job's manifest for its worker processes";

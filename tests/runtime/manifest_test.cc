@@ -107,6 +107,11 @@ TEST(ManifestFormat, DecodesWithoutVerifyingAndStillRefusesABrokenLayout) {
   wrong_sum.back() ^= 1;
   EXPECT_TRUE(decode_manifest(wrong_sum, kName, false).is_ok());
   EXPECT_FALSE(decode_manifest(wrong_sum, kName).is_ok());
+  // Encoded without a checksum: the same bytes but the last 8, which only verify() reads.
+  const std::string unchecked = encode_manifest(m, /*checksum=*/false);
+  EXPECT_EQ(unchecked.substr(0, unchecked.size() - 8), bytes.substr(0, bytes.size() - 8));
+  EXPECT_TRUE(decode_manifest(unchecked, kName, false).is_ok());
+  EXPECT_FALSE(decode_manifest(unchecked, kName).is_ok());
   for (size_t n = 0; n < bytes.size() - 8; ++n)
     expect_corrupt(decode_manifest(bytes.substr(0, n), kName, false), "cut");
   for (size_t i = 24; i < bytes.size() - 8; ++i) {
