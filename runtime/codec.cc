@@ -40,18 +40,29 @@ std::string ByteReader::str() {
   return s;
 }
 
-std::string seal(const char (&magic)[8], uint32_t version, std::string_view body) {
+ByteWriter begin_envelope(const char (&magic)[8], uint32_t version) {
   ByteWriter w;
-  w.out.reserve(kEnvelopeHeaderBytes + body.size() + 8);
   w.out.append(magic, 8);
   w.u32(version);
   w.u32(0);
-  w.u64(body.size());
-  w.out.append(body);
+  w.u64(0);  // the body's size, set by end_envelope()
+  return w;
+}
+
+std::string end_envelope(ByteWriter w, bool checksum) {
+  const uint64_t size = w.out.size() - kEnvelopeHeaderBytes;
+  for (int i = 0; i < 8; ++i) w.out[16 + i] = static_cast<char>((size >> (8 * i)) & 0xff);
   Hasher h;
-  h.add(body);
-  w.u64(h.digest());
+  if (checksum) h.add(std::string_view(w.out).substr(kEnvelopeHeaderBytes));
+  w.u64(checksum ? h.digest() : 0);
   return std::move(w.out);
+}
+
+std::string seal(const char (&magic)[8], uint32_t version, std::string_view body) {
+  ByteWriter w = begin_envelope(magic, version);
+  w.out.reserve(kEnvelopeHeaderBytes + body.size() + 8);
+  w.out.append(body);
+  return end_envelope(std::move(w));
 }
 
 Result<Envelope> open_envelope(std::string_view bytes, const char (&magic)[8], uint32_t max_version,

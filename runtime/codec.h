@@ -60,6 +60,11 @@ inline constexpr size_t kEnvelopeHeaderBytes = 24;
 
 // The envelope around `body`.
 std::string seal(const char (&magic)[8], uint32_t version, std::string_view body);
+// The same envelope built in place, with no copy of the body: begin_envelope() writes the
+// header, the caller appends the body to `out`, end_envelope() sets the body's size and
+// appends its checksum (0 with checksum false: for bytes whose reader does not verify it).
+ByteWriter begin_envelope(const char (&magic)[8], uint32_t version);
+std::string end_envelope(ByteWriter w, bool checksum = true);
 
 // Checks the envelope of a whole file and returns its body and version. `what` names the
 // format in messages ("checkpoint manifest"), `name` the file.

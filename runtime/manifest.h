@@ -121,15 +121,23 @@ struct Manifest {
 uint64_t compute_fingerprint(const Manifest& m);
 
 // Versioned binary encoding (magic "SYMANIF\0", format version, body, 64-bit checksum).
-std::string encode_manifest(const Manifest& m);
-// Decodes and validates magic, version and checksum; `name` is used in error messages.
-Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name);
+// With checksum false the checksum is 0 (not computed): only for decode_manifest() with
+// verify false.
+std::string encode_manifest(const Manifest& m, bool checksum = true);
+// Decodes and validates magic, version and checksum, and that the fingerprint matches the
+// content; `name` is used in error messages. With verify false the checksum and the
+// fingerprint are not computed (the layout is still checked, so damage is an error, never a
+// crash): for bytes that a process of the same job encoded moments before and handed over
+// in memory (a rank's manifest for its worker processes), whose fingerprint the reader
+// compares with the one it was told.
+Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name,
+                                 bool verify = true);
 // The same, reading the encoded bytes (`total_bytes` of them) from `source` block by block,
 // so the file is never held in memory whole. `source` returns how many bytes it wrote (0 at
 // the end) or an error.
 using ManifestSource = std::function<Result<size_t>(char* dst, size_t n)>;
 Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
-                                 const std::string& name);
+                                 const std::string& name, bool verify = true);
 
 // Version 2 added members_skipped, strict_members, ctime_ns, inode and files_digest.
 // Version 1 files are refused (as stale: a cache rebuilds them), never read with defaults.

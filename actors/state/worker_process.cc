@@ -716,10 +716,12 @@ Result<std::shared_ptr<const JobData>> rebuild_job(const WorkerJob& j, const io:
                                                         "the job's manifest"));
     if (manifest_bytes > seg.size()) return corrupt("the manifest segment is shorter than said");
     SY_ASSIGN_OR_RETURN(auto map, seg.map(io::ShmSegment::Access::kReadOnly));
+    // Encoded by the rank for this job: the fingerprint told in the job frame is checked
+    // below, and neither checksum nor fingerprint is computed again in every process.
     SY_ASSIGN_OR_RETURN(
         manifest, decode_manifest(
                       std::string_view(reinterpret_cast<const char*>(map->data()), manifest_bytes),
-                      "the job's manifest"));
+                      "the job's manifest", /*verify=*/false));
   }
   if (manifest.fingerprint != fingerprint)
     return invalid_argument("the dataset this worker sees differs from its rank's (fingerprint " +
@@ -1003,8 +1005,9 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     j.scan_threads = options.scan_threads;
     j.sources = options.sources;
   } else {
-    // The manifest once, in a segment every worker process maps read-only to decode it.
-    const std::string encoded = encode_manifest(*job.manifest);
+    // The manifest once, in a segment every worker process maps read-only to decode it
+    // (without a checksum: they decode it without verifying, rebuild_job()).
+    const std::string encoded = encode_manifest(*job.manifest, /*checksum=*/false);
     io::SegmentOptions seg;
     seg.dir = options.shm_dir;
     seg.what = "the job's manifest for its worker processes";

@@ -94,6 +94,33 @@ TEST(ManifestFormat, RoundTripsEveryField) {
   EXPECT_EQ(encode_manifest(*back), encode_manifest(m));
 }
 
+// Without verification (a rank's manifest for its worker processes) the same manifest
+// comes back, a wrong checksum or fingerprint goes unnoticed, and damage to the layout is
+// still an error: every cut, and every byte of the body changed, never a crash.
+TEST(ManifestFormat, DecodesWithoutVerifyingAndStillRefusesABrokenLayout) {
+  Manifest m = sample_manifest();
+  const std::string bytes = encode_manifest(m);
+  auto back = decode_manifest(bytes, kName, /*verify=*/false);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  expect_same(m, *back);
+  std::string wrong_sum = bytes;
+  wrong_sum.back() ^= 1;
+  EXPECT_TRUE(decode_manifest(wrong_sum, kName, false).is_ok());
+  EXPECT_FALSE(decode_manifest(wrong_sum, kName).is_ok());
+  // Encoded without a checksum: the same bytes but the last 8, which only verify() reads.
+  const std::string unchecked = encode_manifest(m, /*checksum=*/false);
+  EXPECT_EQ(unchecked.substr(0, unchecked.size() - 8), bytes.substr(0, bytes.size() - 8));
+  EXPECT_TRUE(decode_manifest(unchecked, kName, false).is_ok());
+  EXPECT_FALSE(decode_manifest(unchecked, kName).is_ok());
+  for (size_t n = 0; n < bytes.size() - 8; ++n)
+    expect_corrupt(decode_manifest(bytes.substr(0, n), kName, false), "cut");
+  for (size_t i = 24; i < bytes.size() - 8; ++i) {
+    std::string changed = bytes;
+    changed[i] = static_cast<char>(0xff);
+    (void)decode_manifest(changed, kName, false);  // an error or another manifest, no crash
+  }
+}
+
 TEST(ManifestFormat, RoundTripsAnEmptyManifest) {
   Manifest m;
   m.fingerprint = compute_fingerprint(m);
