@@ -44,20 +44,25 @@ void Item::remove_field(std::string_view name) {
 namespace {
 
 // The deleter type marks an owner made by file_bytes_owner(): std::get_deleter() finds it
-// only in a control block made with it, whatever the pointer's static type.
+// only in a control block made with it, whatever the pointer's static type. It keeps the
+// object's address, so that a pointer made with the aliasing constructor from such an
+// owner (same control block, another address) still finds the FileBytes, not its own.
 struct FileBytesDeleter {
+  const FileBytes* self = nullptr;
   void operator()(const FileBytes* p) const { delete p; }
 };
 
 }  // namespace
 
 std::shared_ptr<const void> file_bytes_owner(FileBytes bytes) {
-  return std::shared_ptr<const FileBytes>(new FileBytes(std::move(bytes)), FileBytesDeleter{});
+  const auto* p = new FileBytes(std::move(bytes));
+  return std::shared_ptr<const FileBytes>(p, FileBytesDeleter{p});
 }
 
 const FileBytes* file_bytes_of(const std::shared_ptr<const void>& owner) {
-  if (owner == nullptr || std::get_deleter<FileBytesDeleter>(owner) == nullptr) return nullptr;
-  return static_cast<const FileBytes*>(owner.get());
+  if (owner == nullptr) return nullptr;
+  const auto* d = std::get_deleter<FileBytesDeleter>(owner);
+  return d == nullptr ? nullptr : d->self;
 }
 
 }  // namespace shardyard

@@ -326,6 +326,10 @@ TEST(ItemCodec, OnlyAFileBytesOwnerMakesFileRanges) {
   EXPECT_EQ(file_bytes_of(it.owner)->source, 1u);
   plan_payload(&it, 1, 64, &plan, 1);
   EXPECT_EQ(plan.item_sources[0], 1u);
+  // A pointer that shares the owner but points elsewhere still finds the FileBytes.
+  static const int elsewhere = 0;
+  const std::shared_ptr<const void> aliased(it.owner, &elsewhere);
+  ASSERT_EQ(file_bytes_of(aliased), file_bytes_of(it.owner));
   // A stage that replaces the owner (and so may free the mapping) turns it off.
   it.owner = std::make_shared<std::string>("decoded");
   plan_payload(&it, 1, 64, &plan, 1);
