@@ -7,6 +7,7 @@
 // Pure functions and value types; thread-compatible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -33,6 +34,13 @@ enum WorkerFrame : uint16_t {
   kCreditFrame = 109,      // rank -> worker: u64, the loader consumed everything below it
 };
 inline constexpr uint32_t kWorkerFrameVersion = 1;
+inline constexpr size_t kControlFrameBytes = 1 << 20;  // the largest control frame
+// The key page, which a worker process writes before its stages run on an item and the rank
+// reads after its death: u64 sequence (odd while the key is written) | u32 length | u32 0 |
+// key.
+inline constexpr size_t kPageBytes = 4096;
+inline constexpr size_t kPageKeyOffset = 16;
+inline constexpr size_t kPageKeyBytes = kPageBytes - kPageKeyOffset;
 
 // What a worker process rebuilds its job from (make_job gives it the same JobData).
 struct WorkerJob {

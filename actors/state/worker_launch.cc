@@ -1,0 +1,197 @@
+// WorkerLaunch (actors/state/worker_process.h): what every worker process of one job needs,
+// made once per job: the job frame, the manifest segment, the arena size, the mapping of
+// file ranges, the images of loaded shards.
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "actors/state/worker_frames.h"
+#include "actors/state/worker_process.h"
+#include "io/fs/file_system.h"
+#include "io/fs/uri.h"
+#include "io/remote/remote_file_system.h"
+#include "io/transport/shm_channel.h"
+
+namespace shardyard::actors {
+
+namespace {
+
+// The source files of a job as the rank maps them for file ranges: the last few opened stay
+// open (a worker's items come from one shard after another).
+class SourceFiles {
+ public:
+  explicit SourceFiles(std::shared_ptr<const Manifest> manifest) : manifest_(std::move(manifest)) {}
+
+  Result<io::FileView> map(uint32_t source, uint64_t offset, uint64_t size) {
+    if (source >= manifest_->sources.size())
+      return corrupt("a file range of source " + std::to_string(source) + ", of " +
+                     std::to_string(manifest_->sources.size()));
+    const SourceEntry& src = manifest_->sources[source];
+    if (src.kind != SourceKind::kTar)
+      return corrupt("a file range of " + src.uri + ", which is not a tar file");
+    if (offset > src.size_bytes || size > src.size_bytes - offset)
+      return corrupt("a file range of " + src.uri + " at " + std::to_string(offset) + " + " +
+                     std::to_string(size) + ", past its " + std::to_string(src.size_bytes) +
+                     " bytes");
+    SY_ASSIGN_OR_RETURN(auto file, open(source));
+    auto mapped = file->map(offset, static_cast<size_t>(size));
+    if (!mapped.is_ok()) return mapped.status();
+    if (*mapped) {
+      const uint8_t* data = (*mapped)->data();
+      return io::FileView{data, std::move(*mapped)};
+    }
+    auto bytes = std::make_shared<std::string>(static_cast<size_t>(size), '\0');
+    SY_RETURN_IF_ERROR(io::read_exact(*file, offset, bytes->data(), bytes->size()));
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes->data());
+    return io::FileView{data, std::move(bytes)};
+  }
+
+ private:
+  static constexpr size_t kOpenFiles = 8;
+
+  Result<std::shared_ptr<RandomAccessFile>> open(uint32_t source) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < open_.size(); ++i)
+      if (open_[i].first == source) {
+        auto hit = open_[i];
+        open_.erase(open_.begin() + static_cast<ptrdiff_t>(i));
+        open_.push_front(hit);
+        return hit.second;
+      }
+    SY_ASSIGN_OR_RETURN(auto file, io::default_file_system().open(manifest_->sources[source].uri));
+    std::shared_ptr<RandomAccessFile> shared(std::move(file));
+    open_.emplace_front(source, shared);
+    if (open_.size() > kOpenFiles) open_.pop_back();
+    return shared;
+  }
+
+  const std::shared_ptr<const Manifest> manifest_;
+  std::mutex mu_;
+  std::deque<std::pair<uint32_t, std::shared_ptr<RandomAccessFile>>> open_;  // guarded by mu_
+};
+
+}  // namespace
+
+Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
+                                                           WorkerProcessOptions options) {
+  auto launch = std::shared_ptr<WorkerLaunch>(new WorkerLaunch());
+  WorkerJob& j = launch->job_;
+  j.fingerprint = job.manifest->fingerprint;
+  j.plan = job.plan;
+  j.pipeline = spec_to_string(job.pipeline);
+  j.topology = job.topology;
+  j.batch_size = job.batch_size;
+  j.exact_order = job.exact_order;
+  j.dispatch = dispatch_name(job.dispatch);
+  j.prefetch_shards = job.prefetch_shards;
+  j.route_key_field = job.route_key_field;
+  j.max_sample_bytes = job.reader.max_sample_bytes;
+  j.packet_items = job.packet_items;
+  j.packet_bytes = job.packet_bytes;
+  const WindowSpec& spec = job.manifest->windows;
+  if (spec.enabled()) {
+    j.windows = spec;
+    j.scan_threads = options.scan_threads;
+    j.sources = options.sources;
+  } else {
+    // The manifest once, in a segment every worker process maps read-only to decode it
+    // (without a checksum: they decode it without verifying, rebuild_job()).
+    const std::string encoded = encode_manifest(*job.manifest, /*checksum=*/false);
+    io::SegmentOptions seg;
+    seg.dir = options.shm_dir;
+    seg.what = "the job's manifest for its worker processes";
+    SY_ASSIGN_OR_RETURN(auto segment, io::ShmSegment::create(encoded.size(), seg));
+    {
+      SY_ASSIGN_OR_RETURN(auto map, segment.map(io::ShmSegment::Access::kReadWrite));
+      std::memcpy(map->writable_data(), encoded.data(), encoded.size());
+    }
+    launch->manifest_.emplace(std::move(segment));
+    j.manifest_bytes = encoded.size();
+    auto files = std::make_shared<SourceFiles>(job.manifest);
+    launch->file_ranges_ = [files](uint32_t source, uint64_t offset, uint64_t size) {
+      return files->map(source, offset, size);
+    };
+  }
+  const size_t frame_bytes = encode_job(j).size();
+  if (frame_bytes + 64 > kControlFrameBytes)
+    return invalid_argument("the job's description for worker processes takes " +
+                            std::to_string(frame_bytes) + " bytes, more than a control frame");
+  // The arena holds what is in flight from one worker: its packets (4 sent and one being
+  // written, each at most 128 items or 4 MiB plus the item that crossed) and the items of
+  // it the loader keeps until they are collated (the batches prefetched, the one being
+  // built and the one being merged). Where the rank order takes the workers' items in turn
+  // (strided, without routing by key) a batch holds about 1/W of a worker's items; twice
+  // that leaves room for unevenness. Elsewhere a batch may come from one worker alone.
+  // Fields that cross as file ranges take no room: without a dispatcher (whose items reach
+  // a worker through its input channel, not from a mapping of its own), a sample of a local
+  // tar shard that is always read by mapping (as long as the reader's mapping threshold)
+  // counts one field's threshold (its small fields, a large one's neighbours); a smaller
+  // one may be read into a buffer and copied whole.
+  const uint64_t payload =
+      spec.enabled() ? job.manifest->window_payload_bytes()
+                     : job.manifest->payload_bytes() / std::max<uint64_t>(1, job.index.num_items());
+  uint64_t copied = payload;
+  if (!spec.enabled() && job.dispatch == Dispatch::kNone) {
+    const uint64_t field = io::ShmChannelOptions{}.file_field_bytes;
+    const uint64_t mapped = job.reader.map_threshold_bytes;
+    uint64_t total = 0, items = 0;
+    for (const auto& src : job.manifest->sources) {
+      const bool ranges = src.kind == SourceKind::kTar && !io::is_remote_uri(src.uri);
+      for (const auto& sample : src.samples)
+        total += ranges && sample.end - sample.begin >= mapped
+                     ? std::min(sample.payload_bytes, field)
+                     : sample.payload_bytes;
+      items += src.samples.size();
+    }
+    copied = total / std::max<uint64_t>(1, items);
+  }
+  const uint64_t mean = copied + 256;
+  const uint64_t packet_items =
+      std::min<uint64_t>(job.packet_items, job.packet_bytes / std::max<uint64_t>(1, payload) + 1);
+  const uint64_t packet = packet_items * mean + mean;
+  uint64_t held = uint64_t{job.batch_size} * mean * (options.prefetch_batches + 3);
+  const uint32_t workers = job.topology.workers;
+  const bool even = job.plan.worker_strategy == "strided" &&
+                    (job.dispatch == Dispatch::kNone || job.dispatch == Dispatch::kRoundRobin ||
+                     job.dispatch == Dispatch::kBroadcast);
+  if (even && workers > 2) held = held * 2 / workers;
+  const uint64_t wanted = 5 * packet + held;
+  launch->arena_bytes_ = options.arena_bytes ? options.arena_bytes
+                                             : std::clamp<uint64_t>(wanted, 8ull << 20, 1ull << 30);
+  launch->options_ = std::move(options);
+  return launch;
+}
+
+Result<io::UniqueFd> WorkerLaunch::manifest_fd() const {
+  if (!manifest_) return invalid_argument("this job has no manifest segment");
+  return manifest_->read_only_fd();
+}
+
+void WorkerLaunch::log(const std::string& line) const {
+  if (options_.log)
+    options_.log(line);
+  else
+    std::fprintf(stderr, "shardyard: %s\n", line.c_str());
+}
+
+Result<std::shared_ptr<io::ShmShardImage>> WorkerLaunch::shard_image(
+    uint32_t rank, const std::shared_ptr<const io::SharedShard>& shard) {
+  std::lock_guard<std::mutex> lock(images_mu_);
+  for (auto it = images_.begin(); it != images_.end();)
+    it = it->second.image.expired() ? images_.erase(it) : std::next(it);
+  Image& slot = images_[{rank, shard.get()}];
+  if (auto image = slot.image.lock(); image && slot.shard.lock() == shard) return image;
+  io::SegmentOptions seg;
+  seg.dir = options_.shm_dir;
+  seg.what = "the image of logical shard " + std::to_string(shard->shard) + " for rank " +
+             std::to_string(rank) + "'s worker processes";
+  SY_ASSIGN_OR_RETURN(auto made, io::ShmShardImage::create(*shard, seg));
+  auto image = std::make_shared<io::ShmShardImage>(std::move(made));
+  slot.shard = shard;
+  slot.image = image;
+  return image;
+}
+
+}  // namespace shardyard::actors
