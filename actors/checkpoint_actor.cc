@@ -26,6 +26,7 @@ struct CheckpointActorState {
   double last_write_ms = 0;
   std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
   RankBoard* board = nullptr;        // the rank's checkpoints, for the monitor
+  AfterTurns after_turns;            // last: destroyed first
   static inline const char* name = "shardyard.checkpoint";
   std::string detail() const {
     return "generation " + std::to_string(generation) + ", last rank file written in " +

@@ -36,6 +36,7 @@ struct CoordinatorActorState {
   std::vector<caf::typed_response_promise<LeaveAck>> awaiting;
   std::map<uint32_t, caf::actor> agents;  // the loader actor of every joined rank
   bool told_abort = false;
+  AfterTurns after_turns;  // last: destroyed first
   static inline const char* name = "shardyard.coordinator";
 };
 

@@ -92,12 +92,16 @@ Status CoordinatorService::wait() {
   for (;;) {
     bool done = false;
     Status outcome;
-    self->receive([&](const LeaveAck&) { done = true; },
-                  [&](const caf::error& err) {
-                    outcome = from_error(err);
-                    done = true;
-                  },
-                  caf::after(std::chrono::seconds(1)) >> [] {});
+    self->receive(
+        [&](const LeaveAck& msg) {
+          received(msg);
+          done = true;
+        },
+        [&](const caf::error& err) {
+          outcome = from_error(err);
+          done = true;
+        },
+        caf::after(std::chrono::seconds(1)) >> [] {});
     if (done) return outcome;
     if (d.stop) return cancelled("the coordinator was stopped");
   }

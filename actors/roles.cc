@@ -61,6 +61,7 @@ struct WorkerActorState {
   uint64_t items = 0, bytes = 0;
   std::string state = "idle";
   std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
+  AfterTurns after_turns;            // last: destroyed first
   static inline const char* name = "shardyard.worker";
 };
 
@@ -169,6 +170,7 @@ struct DispatcherActorState {
   std::vector<std::pair<uint64_t, caf::typed_response_promise<EpochTicket>>> starting;
   uint64_t next_start = 0;
   std::shared_ptr<RoleStats> stats;  // what the monitor sees (null without a StatusBoard)
+  AfterTurns after_turns;            // last: destroyed first
   static inline const char* name = "shardyard.dispatcher";
   // Shows the core's state (units out, done, failed) to the monitor.
   void publish() {
@@ -323,6 +325,7 @@ struct LoaderActorState {
   std::string state = "idle";
   bool aborted = false;
   std::shared_ptr<StatusBoard> status;
+  AfterTurns after_turns;  // last: destroyed first
   static inline const char* name = "shardyard.loader";
 };
 

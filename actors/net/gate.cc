@@ -21,6 +21,7 @@ struct GateState {
   GateOptions options;
   std::map<caf::node_id, Pending> challenged;           // by the node that said Hello
   std::map<caf::node_id, std::set<uint32_t>> admitted;  // nodes and the ranks they proved
+  AfterTurns after_turns;                               // last: destroyed first
   static inline const char* name = "shardyard.gate";
 };
 

@@ -91,4 +91,15 @@ class ActorTurn {
   ActorTurn& operator=(const ActorTurn&) = delete;
 };
 
+// The last data member of every actor's state. CAF destroys a state on whichever thread lets
+// go of the actor last: often the trainer's or the service's, when it drops its handle after
+// the actor's final turn. CAF orders that inside libcaf_core; acquiring the turns' order
+// before the other members go shows it to TSan too.
+struct AfterTurns {
+  AfterTurns() = default;
+  AfterTurns(const AfterTurns&) = delete;
+  AfterTurns& operator=(const AfterTurns&) = delete;
+  ~AfterTurns() { acquire_at(&actor_turns); }
+};
+
 }  // namespace shardyard::actors
