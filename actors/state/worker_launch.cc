@@ -18,8 +18,11 @@ namespace shardyard::actors {
 
 namespace {
 
-// The source files of a job as the rank maps them for file ranges: the last few opened stay
-// open (a worker's items come from one shard after another).
+// The source files of a job as the rank maps them for file ranges. Each file is mapped
+// whole, once, and every range of it is a view into that one mapping: a run of large
+// samples costs no mmap, munmap or page-cache walk per item, only one per shard. The last
+// few files stay mapped (a worker's items come from one shard after another); a mapping
+// lives on while an item still holds a view of it.
 class SourceFiles {
  public:
   explicit SourceFiles(std::shared_ptr<const Manifest> manifest) : manifest_(std::move(manifest)) {}
@@ -35,15 +38,14 @@ class SourceFiles {
       return corrupt("a file range of " + src.uri + " at " + std::to_string(offset) + " + " +
                      std::to_string(size) + ", past its " + std::to_string(src.size_bytes) +
                      " bytes");
-    SY_ASSIGN_OR_RETURN(auto file, open(source));
-    auto mapped = file->map(offset, static_cast<size_t>(size));
-    if (!mapped.is_ok()) return mapped.status();
-    if (*mapped) {
-      const uint8_t* data = (*mapped)->data();
-      return io::FileView{data, std::move(*mapped)};
+    SY_ASSIGN_OR_RETURN(Open file, open(source));
+    if (file.whole) {
+      const uint8_t* data = file.whole->data() + offset;
+      return io::FileView{data, std::move(file.whole)};
     }
+    // Not mappable (or past the guard's slots): read the range.
     auto bytes = std::make_shared<std::string>(static_cast<size_t>(size), '\0');
-    SY_RETURN_IF_ERROR(io::read_exact(*file, offset, bytes->data(), bytes->size()));
+    SY_RETURN_IF_ERROR(io::read_exact(*file.file, offset, bytes->data(), bytes->size()));
     const auto* data = reinterpret_cast<const uint8_t*>(bytes->data());
     return io::FileView{data, std::move(bytes)};
   }
@@ -51,25 +53,37 @@ class SourceFiles {
  private:
   static constexpr size_t kOpenFiles = 8;
 
-  Result<std::shared_ptr<RandomAccessFile>> open(uint32_t source) {
+  struct Open {
+    uint32_t source = 0;
+    std::shared_ptr<RandomAccessFile> file;
+    std::shared_ptr<const MappedRange> whole;  // null: read instead
+  };
+
+  Result<Open> open(uint32_t source) {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < open_.size(); ++i)
-      if (open_[i].first == source) {
-        auto hit = open_[i];
+      if (open_[i].source == source) {
+        Open hit = open_[i];
         open_.erase(open_.begin() + static_cast<ptrdiff_t>(i));
         open_.push_front(hit);
-        return hit.second;
+        return hit;
       }
-    SY_ASSIGN_OR_RETURN(auto file, io::default_file_system().open(manifest_->sources[source].uri));
-    std::shared_ptr<RandomAccessFile> shared(std::move(file));
-    open_.emplace_front(source, shared);
+    const SourceEntry& src = manifest_->sources[source];
+    SY_ASSIGN_OR_RETURN(auto file, io::default_file_system().open(src.uri));
+    Open made;
+    made.source = source;
+    made.file = std::move(file);
+    if (src.size_bytes > 0) {
+      SY_ASSIGN_OR_RETURN(made.whole, made.file->map(0, static_cast<size_t>(src.size_bytes)));
+    }
+    open_.push_front(made);
     if (open_.size() > kOpenFiles) open_.pop_back();
-    return shared;
+    return made;
   }
 
   const std::shared_ptr<const Manifest> manifest_;
   std::mutex mu_;
-  std::deque<std::pair<uint32_t, std::shared_ptr<RandomAccessFile>>> open_;  // guarded by mu_
+  std::deque<Open> open_;  // guarded by mu_, the most recently used first
 };
 
 }  // namespace

@@ -111,7 +111,6 @@ class LocalFile : public RandomAccessFile {
     if (base == MAP_FAILED) return std::shared_ptr<const MappedRange>();  // read instead
     auto mapping = std::make_shared<LocalMapping>(base, length, skip, n, uri_);
     if (!mapping->guarded()) return std::shared_ptr<const MappedRange>();  // read instead
-    ::madvise(base, length, MADV_WILLNEED);
     return std::shared_ptr<const MappedRange>(std::move(mapping));
   }
 

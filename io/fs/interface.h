@@ -46,7 +46,8 @@ class RandomAccessFile {
   // Reads up to n bytes at `offset`; fewer only at the end of the file.
   virtual Result<size_t> read_at(uint64_t offset, void* dst, size_t n) = 0;
   // Maps [offset, offset + n) read-only, or nullptr when this file cannot be mapped (the
-  // caller then reads). Fails when the range is past the end of the file.
+  // caller then reads). Fails when the range is past the end of the file. Mapping reads
+  // nothing ahead: will_need() does, where the caller is about to read the whole range.
   virtual Result<std::shared_ptr<const MappedRange>> map(uint64_t /*offset*/, size_t /*n*/) {
     return std::shared_ptr<const MappedRange>();
   }
