@@ -182,8 +182,15 @@ class RemoteRoute : public io::Route {
 
 // Runs one unit frame of the rank's: connects to the unit's channel (and its input, routed
 // items), runs it, and says what came of it.
+// The arenas of this process's channels, kept from unit to unit: the rank sends the same
+// output arena again (its ArenaPool), and the input arena of routed items is reused here.
+struct UnitArenas {
+  io::AttachedArenas output;
+  std::shared_ptr<io::ArenaPool> input = std::make_shared<io::ArenaPool>();
+};
+
 Result<UnitStats> run_unit_frame(io::UnixSocket& control, const JobData& job, WorkerCore& core,
-                                 io::Frame& f) {
+                                 UnitArenas& arenas, io::Frame& f) {
   SY_ASSIGN_OR_RETURN(UnitOrder order, decode_unit(f.body));
   const WorkUnit& unit = order.unit;
   const uint64_t skip_below = order.skip_below;
@@ -192,7 +199,9 @@ Result<UnitStats> run_unit_frame(io::UnixSocket& control, const JobData& job, Wo
   if (f.fds.size() != (routed ? 2u : 1u))
     return corrupt("a unit frame with " + std::to_string(f.fds.size()) + " descriptors");
   SY_ASSIGN_OR_RETURN(auto out_socket, io::UnixSocket::adopt(std::move(f.fds[0])));
-  SY_ASSIGN_OR_RETURN(auto output, io::ShmProducer::connect(std::move(out_socket), 30000));
+  SY_ASSIGN_OR_RETURN(auto output, io::ShmProducer::connect(std::move(out_socket), 30000,
+                                                            io::ShmChannelOptions{}.wait_timeout_ms,
+                                                            &arenas.output));
   if (unit.route.empty()) return core.run(unit, *output);
   std::shared_ptr<io::ShmConsumer> input;
   if (routed) {
@@ -200,6 +209,7 @@ Result<UnitStats> run_unit_frame(io::UnixSocket& control, const JobData& job, Wo
     io::ShmChannelOptions o;
     o.name = unit.channel + "/in";
     o.arena_bytes = 16ull << 20;
+    o.arenas = arenas.input;
     std::vector<io::ShmPeer> peers;
     peers.push_back(io::ShmPeer{std::move(in_socket), "the rank's dispatcher"});
     auto opened = io::ShmConsumer::open(std::move(peers), o);
@@ -243,6 +253,7 @@ Status serve_rank(io::UnixSocket& control) {
     std::memcpy(p + 8, &len, sizeof len);
     __atomic_fetch_add(seq, 1, __ATOMIC_RELEASE);
   });
+  UnitArenas arenas;
   ByteWriter ready;
   ready.u64(static_cast<uint64_t>(::getpid()));
   SY_RETURN_IF_ERROR(control.send(io::Frame{kReadyFrame, ready.out, {}}, 10000));
@@ -257,7 +268,7 @@ Status serve_rank(io::UnixSocket& control) {
     if (f.type != kUnitFrame || f.fds.empty())
       return corrupt("the rank sent a frame of type " + std::to_string(f.type) +
                      " where a unit was due");
-    Result<UnitStats> result = run_unit_frame(control, **job, core, f);
+    Result<UnitStats> result = run_unit_frame(control, **job, core, arenas, f);
     SY_RETURN_IF_ERROR(control.send(io::Frame{kDoneFrame, encode_done(result), {}}, 30000));
   }
 }

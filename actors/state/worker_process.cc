@@ -304,6 +304,10 @@ class ProcessRunner : public UnitRunner {
   // process's unit by a little).
   std::shared_ptr<io::UnixSocket> control_;
   std::shared_ptr<io::ShmMapping> page_;
+  // The arenas of this worker's channels, one per unit, reused from unit to unit: its
+  // output's (made here), and its routed input's (made by the worker process).
+  const std::shared_ptr<io::ArenaPool> arenas_ = std::make_shared<io::ArenaPool>();
+  io::AttachedArenas input_arenas_;
   uint64_t restarts_ = 0;
   // The last process reaped: its pid, and whether a signal ended it (a death, not a refusal).
   pid_t last_pid_ = -1;
@@ -436,6 +440,7 @@ ProcessRunner::Outcome ProcessRunner::attempt(
   o.segment.dir = launch_->options().shm_dir;
   o.segment.size_option = "LoaderOptions::shm_arena_bytes (shardyard run --shm-arena-mb)";
   o.files = launch_->file_ranges();
+  o.arenas = arenas_;
   std::vector<io::ShmPeer> peers;
   peers.push_back(io::ShmPeer{std::move(out_ends->first), who()});
   auto consumer = io::ShmConsumer::open(std::move(peers), o);
@@ -450,7 +455,9 @@ ProcessRunner::Outcome ProcessRunner::attempt(
   if (feed) {
     FeedSink sink;
     if (routed) {
-      auto input = io::ShmProducer::connect(std::move(in_ends->first), 30000);
+      auto input =
+          io::ShmProducer::connect(std::move(in_ends->first), 30000,
+                                   io::ShmChannelOptions{}.wait_timeout_ms, &input_arenas_);
       if (!input.is_ok()) {
         auto got = await_done(10000, &done);
         if (got.is_ok() && *got == io::UnixSocket::Received::kClosed) return Outcome::kDied;

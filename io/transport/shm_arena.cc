@@ -1,5 +1,7 @@
 #include "io/transport/shm_arena.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <new>
 
@@ -59,12 +61,18 @@ uint64_t ArenaReleases::release(uint64_t start) {
   return released();
 }
 
+namespace {
+uint64_t round_capacity(uint64_t capacity) {
+  return (capacity + kArenaHeaderBytes - 1) / kArenaHeaderBytes * kArenaHeaderBytes;
+}
+}  // namespace
+
 Result<std::shared_ptr<ShmArena>> ShmArena::create(uint64_t capacity,
                                                    const SegmentOptions& options) {
   if (capacity < kArenaHeaderBytes)
     return invalid_argument(options.what + ": an arena of " + std::to_string(capacity) +
                             " bytes is too small (at least 4 KiB)");
-  capacity = (capacity + kArenaHeaderBytes - 1) / kArenaHeaderBytes * kArenaHeaderBytes;
+  capacity = round_capacity(capacity);
   SY_ASSIGN_OR_RETURN(ShmSegment segment,
                       ShmSegment::create(kArenaHeaderBytes + capacity, options));
   std::shared_ptr<ShmArena> a(new ShmArena(std::move(segment), capacity));
@@ -99,6 +107,65 @@ Result<std::shared_ptr<ShmArena>> ShmArena::attach(UniqueFd fd, uint64_t capacit
                    ": the segment received is not an arena of this build (magic, "
                    "version or capacity differ)");
   return a;
+}
+
+Result<std::shared_ptr<ShmArena>> ArenaPool::take(uint64_t capacity,
+                                                  const SegmentOptions& options) {
+  {
+    MutexLock lock(&mu_);
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      if ((*it)->capacity() != round_capacity(capacity)) continue;
+      std::shared_ptr<ShmArena> arena = std::move(*it);
+      idle_.erase(it);
+      ++reused_;
+      ArenaHeader& h = arena->header();
+      h.released.store(0);
+      h.popped.store(0);
+      h.cancelled.store(0);
+      h.sent.store(0);
+      h.producer_waiting.store(0);
+      return arena;
+    }
+  }
+  return ShmArena::create(capacity, options);
+}
+
+void ArenaPool::give_back(std::shared_ptr<ShmArena> arena) {
+  MutexLock lock(&mu_);
+  if (idle_.size() < keep_) idle_.push_back(std::move(arena));
+}
+
+size_t ArenaPool::idle() const {
+  MutexLock lock(&mu_);
+  return idle_.size();
+}
+
+uint64_t ArenaPool::reused() const {
+  MutexLock lock(&mu_);
+  return reused_;
+}
+
+Result<std::shared_ptr<ShmArena>> AttachedArenas::attach(UniqueFd fd, uint64_t capacity,
+                                                         const std::string& what) {
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ShmArena::attach(std::move(fd), capacity, what);
+  {
+    MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->dev != st.st_dev || it->ino != st.st_ino || it->arena->capacity() != capacity)
+        continue;
+      Entry hit = std::move(*it);
+      entries_.erase(it);
+      entries_.push_front(hit);
+      return hit.arena;
+    }
+  }
+  SY_ASSIGN_OR_RETURN(auto arena, ShmArena::attach(std::move(fd), capacity, what));
+  MutexLock lock(&mu_);
+  entries_.push_front(
+      Entry{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), arena});
+  if (entries_.size() > keep_) entries_.pop_back();
+  return arena;
 }
 
 }  // namespace shardyard::io

@@ -22,8 +22,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "io/transport/shm_segment.h"
+#include "runtime/mutex.h"
 #include "runtime/status.h"
 
 namespace shardyard::io {
@@ -116,6 +118,56 @@ class ShmArena {
   uint64_t capacity_;
   std::shared_ptr<ShmMapping> header_map_, ring_;
   ArenaHeader* header_ = nullptr;
+};
+
+// Arenas kept for the next channels of one producer slot (a worker's channel per work
+// unit): making an arena reserves, zeroes and maps all its pages, which costs more than a
+// unit of small items moves. A channel gives its arena back once the channel is gone, every
+// item of it was dropped and its producer finished (sent its finish frame, so it writes no
+// more); an arena whose producer closed without finishing (died) is never reused. take()
+// resets the counters of the header; positions start again at 0, so nothing refers to the
+// old bytes.
+//
+// Thread-safe: items (and with them arenas) are dropped on any thread.
+class ArenaPool {
+ public:
+  explicit ArenaPool(size_t keep = 2) : keep_(keep) {}
+  // An idle arena of `capacity` (rounded as create() rounds it), or a new one.
+  Result<std::shared_ptr<ShmArena>> take(uint64_t capacity, const SegmentOptions& options);
+  // Keeps `arena` for a later take(), unless `keep` arenas are kept already.
+  void give_back(std::shared_ptr<ShmArena> arena);
+  // Arenas kept now; takes served by one of them so far.
+  size_t idle() const;
+  uint64_t reused() const;
+
+ private:
+  const size_t keep_;
+  mutable Mutex mu_;
+  std::vector<std::shared_ptr<ShmArena>> idle_ SY_GUARDED_BY(mu_);
+  uint64_t reused_ SY_GUARDED_BY(mu_) = 0;
+};
+
+// The producer's side of ArenaPool: the arenas a worker process attached last, by their
+// file's identity (device and inode). A loader that reuses an arena sends the same segment
+// for the next channel, and mapping every page of it for writing again would cost what the
+// pool saves. An entry keeps its segment open, so no other file can take its identity
+// meanwhile; it also keeps the memory until `keep` other arenas were used after it.
+//
+// Thread-safe.
+class AttachedArenas {
+ public:
+  explicit AttachedArenas(size_t keep = 2) : keep_(keep) {}
+  // ShmArena::attach(), or the arena attached before from the same segment.
+  Result<std::shared_ptr<ShmArena>> attach(UniqueFd fd, uint64_t capacity, const std::string& what);
+
+ private:
+  struct Entry {
+    uint64_t dev, ino;
+    std::shared_ptr<ShmArena> arena;
+  };
+  const size_t keep_;
+  Mutex mu_;
+  std::deque<Entry> entries_ SY_GUARDED_BY(mu_);  // the one used last first
 };
 
 uint64_t align_arena(uint64_t bytes);

@@ -35,6 +35,7 @@
 
 #include "io/transport/data_plane.h"
 #include "io/transport/item_codec.h"
+#include "io/transport/shm_arena.h"
 #include "io/transport/shm_segment.h"
 #include "io/transport/unix_socket.h"
 
@@ -52,6 +53,10 @@ struct ShmChannelOptions {
   // "File ranges"). Unset: every field is copied.
   FileRanges files;
   uint64_t file_field_bytes = 64u << 10;
+  // The loader's side, with one producer: takes the arena from this pool and gives it back
+  // when it may be reused (io/transport/shm_arena.h ArenaPool). Unset: a new arena per
+  // channel, freed with it.
+  std::shared_ptr<ArenaPool> arenas;
 };
 
 // One producer as the loader sees it.
@@ -86,10 +91,12 @@ class ShmConsumer : public Channel {
 
 class ShmProducer : public Channel {
  public:
-  // Waits at most handshake_timeout_ms for the loader's hello on `socket`, maps the arena,
+  // Waits at most handshake_timeout_ms for the loader's hello on `socket`, maps the arena
+  // (through `arenas` when given: a loader with an ArenaPool sends the same arena again),
   // answers with this process's pid.
   static Result<std::shared_ptr<ShmProducer>> connect(UnixSocket socket, int handshake_timeout_ms,
-                                                      int wait_timeout_ms = 600000);
+                                                      int wait_timeout_ms = 600000,
+                                                      AttachedArenas* arenas = nullptr);
   ~ShmProducer() override;
   Status push(Packet packet) override;
   void finish(Status status) override;

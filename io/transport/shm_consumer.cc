@@ -24,16 +24,22 @@ using Clock = std::chrono::steady_clock;
 // One producer: its arena, its socket, the runs its popped items still hold. Items keep it
 // alive through their run's lease, so it may outlive the channel.
 struct Link {
+  ~Link() {
+    // The producer finished: it writes no more, and no item of the arena is left.
+    if (pool && finished_cleanly) pool->give_back(std::move(arena));
+  }
   std::string name;
   std::string channel;
   std::shared_ptr<ShmArena> arena;
-  UnixSocket socket;  // receive: the popping thread; send_now: any thread
+  std::shared_ptr<ArenaPool> pool;  // where the arena goes back; may be null
+  UnixSocket socket;                // receive: the popping thread; send_now: any thread
   std::mutex mu;
   ArenaReleases releases{1};  // guarded by mu
   // Used by the popping thread only.
   uint64_t pid = 0;
   bool finished = false;
-  Packet partial;  // runs of a packet whose last run has not come yet
+  bool finished_cleanly = false;  // its finish frame came, between packets
+  Packet partial;                 // runs of a packet whose last run has not come yet
   uint64_t popped = 0;
 
   std::string who() const {
@@ -143,6 +149,7 @@ struct ShmConsumer::Impl {
         l->finished = true;
         if (!l->partial.items.empty())
           return corrupt(l->who() + " finished in the middle of a packet");
+        l->finished_cleanly = true;
         return finish_status(*fin);
       } else {
         return corrupt(l->who() + " sent an unexpected " + std::string(frame_type_name(f.type)) +
@@ -240,7 +247,12 @@ Result<std::shared_ptr<ShmConsumer>> ShmConsumer::open(std::vector<ShmPeer> prod
     l->socket = std::move(peer.socket);
     SegmentOptions seg = options.segment;
     seg.what = "shared arena of " + ch + " for producer " + peer.name;
-    SY_ASSIGN_OR_RETURN(l->arena, ShmArena::create(options.arena_bytes, seg));
+    if (options.arenas && producers.size() == 1) {
+      l->pool = options.arenas;
+      SY_ASSIGN_OR_RETURN(l->arena, l->pool->take(options.arena_bytes, seg));
+    } else {
+      SY_ASSIGN_OR_RETURN(l->arena, ShmArena::create(options.arena_bytes, seg));
+    }
     const uint64_t capacity = l->arena->capacity();
     l->releases = ArenaReleases(capacity);
     HelloFrame hello;

@@ -212,7 +212,8 @@ ShmProducer::~ShmProducer() = default;
 
 Result<std::shared_ptr<ShmProducer>> ShmProducer::connect(UnixSocket socket,
                                                           int handshake_timeout_ms,
-                                                          int wait_timeout_ms) {
+                                                          int wait_timeout_ms,
+                                                          AttachedArenas* arenas) {
   if (wait_timeout_ms <= 0) return invalid_argument("wait_timeout_ms must be positive");
   Frame f;
   SY_ASSIGN_OR_RETURN(auto got, socket.receive(&f, handshake_timeout_ms));
@@ -228,7 +229,9 @@ Result<std::shared_ptr<ShmProducer>> ShmProducer::connect(UnixSocket socket,
   SY_ASSIGN_OR_RETURN(HelloFrame hello, decode_hello(f.body));
   auto impl = std::make_unique<Impl>();
   const std::string what = "arena of channel " + hello.channel;
-  SY_ASSIGN_OR_RETURN(impl->arena, ShmArena::attach(std::move(f.fds[0]), hello.capacity, what));
+  SY_ASSIGN_OR_RETURN(
+      impl->arena, arenas != nullptr ? arenas->attach(std::move(f.fds[0]), hello.capacity, what)
+                                     : ShmArena::attach(std::move(f.fds[0]), hello.capacity, what));
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) return io_error(what + ": cannot create an eventfd: " + std::strerror(errno));
   impl->wake.reset(wake);

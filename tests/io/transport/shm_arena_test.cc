@@ -176,5 +176,74 @@ TEST(ShmArena, TheConsumerCreatesItAndTheProducerAttachesItsDescriptor) {
             std::string::npos);
 }
 
+TEST(ArenaPool, TakesAnIdleArenaOfTheSameCapacityWithItsCountersReset) {
+  SegmentOptions o;
+  o.dir = testing::test_shm_dir();
+  ArenaPool pool(2);
+  auto first = pool.take(100000, o);
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  ShmArena* const kept = first->get();
+  ArenaHeader& h = (*first)->header();
+  h.released.store(8192);
+  h.popped.store(3);
+  h.cancelled.store(1);
+  h.sent.store(5);
+  h.producer_waiting.store(1);
+  pool.give_back(std::move(*first));
+  EXPECT_EQ(pool.idle(), 1u);
+  auto other = pool.take(200000, o);
+  ASSERT_TRUE(other.is_ok());
+  EXPECT_NE(other->get(), kept) << "another capacity is a new arena";
+  EXPECT_EQ(pool.idle(), 1u);
+  auto again = pool.take(102000, o);  // rounds to the same whole pages
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->get(), kept);
+  EXPECT_EQ(pool.idle(), 0u);
+  EXPECT_EQ(pool.reused(), 1u);
+  ArenaHeader& r = (*again)->header();
+  EXPECT_EQ(r.released.load(), 0u);
+  EXPECT_EQ(r.popped.load(), 0u);
+  EXPECT_EQ(r.cancelled.load(), 0u);
+  EXPECT_EQ(r.sent.load(), 0u);
+  EXPECT_EQ(r.producer_waiting.load(), 0u);
+}
+
+TEST(ArenaPool, KeepsAtMostItsNumberOfArenas) {
+  SegmentOptions o;
+  o.dir = testing::test_shm_dir();
+  ArenaPool pool(2);
+  std::vector<std::shared_ptr<ShmArena>> taken;
+  for (int i = 0; i < 3; ++i) taken.push_back(pool.take(8192, o).value());
+  for (auto& a : taken) pool.give_back(std::move(a));
+  EXPECT_EQ(pool.idle(), 2u) << "the third is freed";
+}
+
+TEST(AttachedArenas, TheSameSegmentAttachesOnceAnotherOneAnewAndTheOldestLeaves) {
+  SegmentOptions o;
+  o.dir = testing::test_shm_dir();
+  std::vector<std::shared_ptr<ShmArena>> made;
+  for (int i = 0; i < 3; ++i) made.push_back(ShmArena::create(8192, o).value());
+  AttachedArenas attached(2);
+  auto attach = [&](int i) {
+    auto a = attached.attach(made[i]->segment().duplicate().value(), 8192, "arena");
+    EXPECT_TRUE(a.is_ok()) << a.status().to_string();
+    return a.is_ok() ? *a : nullptr;
+  };
+  auto a0 = attach(0);
+  ASSERT_NE(a0, nullptr);
+  EXPECT_EQ(attach(0), a0) << "the same segment sent again";
+  a0->writable_ring()[7] = 42;
+  EXPECT_EQ(made[0]->ring()[7], 42) << "and it is that segment's mapping";
+  auto a1 = attach(1);
+  EXPECT_NE(a1, a0);
+  EXPECT_EQ(attach(0), a0) << "arena 0 is now the one used last";
+  attach(2);  // pushes out the one used least recently: arena 1
+  EXPECT_EQ(attach(0), a0);
+  EXPECT_NE(attach(1), a1) << "attached anew once pushed out";
+  EXPECT_EQ(attached.attach(made[1]->segment().duplicate().value(), 4096, "arena").status().code(),
+            StatusCode::kCorrupt)
+      << "another capacity is no hit, and attach() refuses it";
+}
+
 }  // namespace
 }  // namespace shardyard::io

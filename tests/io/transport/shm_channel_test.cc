@@ -1,7 +1,8 @@
 // Tests of io/transport/shm_channel.h between real processes: a producer forked (or
 // started with exec) pushes, this process pops. Round trips checked byte for byte,
 // backpressure by packets and by bytes, releases in any order and on any thread, cancel,
-// errors that travel, several producers. Faults: shm_channel_fault_test.cc.
+// errors that travel, several producers, one arena reused by consecutive channels. Faults:
+// shm_channel_fault_test.cc.
 //
 // No assertion depends on timing: "the producer has not pushed more" after a pause can
 // only pass spuriously on a slow machine, never fail spuriously.
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <random>
 #include <thread>
 
@@ -279,6 +281,90 @@ TEST_F(ShmChannelTest, SeveralProducersShareOneChannel) {
   }
   EXPECT_EQ(next, (std::vector<uint64_t>{60, 80, 100}));
   for (auto& c : children) EXPECT_EQ(c.wait(20000), kProduced);
+}
+
+// A worker's channel per unit: the loader gives each next channel the arena of the one
+// before (ArenaPool), the worker process maps it once (AttachedArenas). Positions start again
+// at 0 over the old bytes; every packet of every channel must still arrive as it was sent.
+TEST_F(ShmChannelTest, ConsecutiveChannelsOfOneProducerReuseOneArena) {
+  constexpr int kChannels = 4;
+  const auto spec = [](int c) { return StreamSpec{41u + c, 8, 16 << 10}; };
+  std::vector<Ends> ends(kChannels);
+  for (auto& e : ends) e = make_ends();
+  Child child = fork_child([&] {
+    AttachedArenas attached;
+    for (int c = 0; c < kChannels; ++c) {
+      ends[c].loader = UnixSocket();
+      auto producer = ShmProducer::connect(std::move(ends[c].worker), 10000, 20000, &attached);
+      if (!producer.is_ok()) return kNoConnect;
+      for (uint64_t i = 0; i < 120; ++i)
+        if (!(*producer)->push(make_packet(spec(c), i)).is_ok()) return kPushFailed;
+      (*producer)->finish(Status::ok());
+    }
+    return kProduced;
+  });
+  for (auto& e : ends) e.worker = UnixSocket();
+  auto pool = std::make_shared<ArenaPool>();
+  ShmChannelOptions o = channel_options(1 << 20);
+  o.arenas = pool;
+  for (int c = 0; c < kChannels; ++c) {
+    auto ch = open_consumer(ends[c], o);
+    ASSERT_TRUE(ch);
+    EXPECT_EQ(pool->idle(), 0u) << "channel " << c << " has the arena";
+    uint64_t popped = 0;
+    Status s = drain_and_check(*ch, spec(c), &popped);
+    EXPECT_TRUE(s.is_ok()) << "channel " << c << ": " << s.to_string();
+    EXPECT_EQ(popped, 120u);
+    ch.reset();
+    EXPECT_EQ(pool->idle(), 1u) << "channel " << c << " gave it back";
+  }
+  EXPECT_EQ(pool->reused(), uint64_t{kChannels - 1});
+  EXPECT_EQ(child.wait(20000), kProduced);
+}
+
+// Items popped from a channel still point into its arena: it goes back to the pool only
+// with the last of them.
+TEST_F(ShmChannelTest, HeldItemsKeepTheArenaOutOfThePool) {
+  const StreamSpec spec{45, 4, 4096};
+  Ends ends = make_ends();
+  Child child = fork_producer(ends, spec, 30);
+  auto pool = std::make_shared<ArenaPool>();
+  ShmChannelOptions o = channel_options(1 << 20);
+  o.arenas = pool;
+  auto ch = open_consumer(ends, o);
+  ASSERT_TRUE(ch);
+  Packet kept;
+  ASSERT_TRUE(*ch->pop(&kept));
+  uint64_t popped = 0;
+  ASSERT_TRUE(drain_and_check_from(*ch, spec, 1, &popped).is_ok());
+  ch.reset();
+  EXPECT_EQ(pool->idle(), 0u) << "an item still points into it";
+  EXPECT_EQ(diff_packet(kept, spec, 0), "");
+  kept = Packet();
+  EXPECT_EQ(pool->idle(), 1u);
+  EXPECT_EQ(child.wait(20000), kProduced);
+}
+
+// A producer killed while it writes may leave a run half written, and nothing says where
+// its writes stopped: its arena is freed, never reused.
+TEST_F(ShmChannelTest, TheArenaOfAProducerThatDiedIsNotReused) {
+  const StreamSpec spec{47, 4, 4096};
+  SharedCounter pushed;
+  Ends ends = make_ends();
+  Child child = fork_producer(ends, spec, 0, &pushed);
+  auto pool = std::make_shared<ArenaPool>();
+  ShmChannelOptions o = channel_options(1 << 20, 2);
+  o.arenas = pool;
+  auto ch = open_consumer(ends, o);
+  ASSERT_TRUE(ch);
+  ASSERT_TRUE(eventually([&] { return pushed.get() >= 2; }));
+  child.kill(SIGKILL);
+  EXPECT_EQ(child.wait(20000), 128 + SIGKILL);
+  uint64_t popped = 0;
+  Status s = drain_and_check(*ch, spec, &popped);
+  EXPECT_FALSE(s.is_ok()) << "the producer closed without finishing";
+  ch.reset();
+  EXPECT_EQ(pool->idle(), 0u);
 }
 
 TEST_F(ShmChannelTest, EmptyPacketsAndItemsWithoutBytesTravel) {
