@@ -180,8 +180,6 @@ class RemoteRoute : public io::Route {
   uint64_t credit_ = 0;
 };
 
-// Runs one unit frame of the rank's: connects to the unit's channel (and its input, routed
-// items), runs it, and says what came of it.
 // The arenas of this process's channels, kept from unit to unit: the rank sends the same
 // output arena again (its ArenaPool), and the input arena of routed items is reused here.
 struct UnitArenas {
@@ -189,6 +187,8 @@ struct UnitArenas {
   std::shared_ptr<io::ArenaPool> input = std::make_shared<io::ArenaPool>();
 };
 
+// Runs one unit frame of the rank's: connects to the unit's channel (and its input, routed
+// items), runs it, and says what came of it.
 Result<UnitStats> run_unit_frame(io::UnixSocket& control, const JobData& job, WorkerCore& core,
                                  UnitArenas& arenas, io::Frame& f) {
   SY_ASSIGN_OR_RETURN(UnitOrder order, decode_unit(f.body));

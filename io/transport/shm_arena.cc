@@ -156,8 +156,8 @@ Result<std::shared_ptr<ShmArena>> AttachedArenas::attach(UniqueFd fd, uint64_t c
         continue;
       Entry hit = std::move(*it);
       entries_.erase(it);
-      entries_.push_front(hit);
-      return hit.arena;
+      entries_.push_front(std::move(hit));
+      return entries_.front().arena;
     }
   }
   SY_ASSIGN_OR_RETURN(auto arena, ShmArena::attach(std::move(fd), capacity, what));

@@ -121,8 +121,8 @@ class ShmArena {
 };
 
 // Arenas kept for the next channels of one producer slot (a worker's channel per work
-// unit): making an arena reserves, zeroes and maps all its pages, which costs more than a
-// unit of small items moves. A channel gives its arena back once the channel is gone, every
+// unit): making an arena reserves, zeroes and maps all its pages, which every epoch of a
+// worker paid again. A channel gives its arena back once the channel is gone, every
 // item of it was dropped and its producer finished (sent its finish frame, so it writes no
 // more); an arena whose producer closed without finishing (died) is never reused. take()
 // resets the counters of the header; positions start again at 0, so nothing refers to the
