@@ -218,7 +218,7 @@ TEST(ArenaPool, KeepsAtMostItsNumberOfArenas) {
   EXPECT_EQ(pool.idle(), 2u) << "the third is freed";
 }
 
-TEST(AttachedArenas, TheSameSegmentAttachesOnceAnotherOneAnewAndTheOldestLeaves) {
+TEST(AttachedArenas, TheSameSegmentAttachesOnceAnotherOneAnewAndTheLeastRecentlyUsedLeaves) {
   SegmentOptions o;
   o.dir = testing::test_shm_dir();
   std::vector<std::shared_ptr<ShmArena>> made;
