@@ -34,6 +34,18 @@ class BufferAllocator {
   virtual void deallocate(uint8_t* data, size_t bytes) = 0;
 };
 
+// Memory a reader may read chunks into instead of its pool, where what it reads then goes
+// on without a copy: a worker process reads into its channel's shared arena
+// (io/transport/shm_arena.h ArenaChunks), so the loader sees the bytes where they landed.
+// Thread-safe: called from any thread.
+class ChunkAllocator {
+ public:
+  virtual ~ChunkAllocator() = default;
+  // `bytes` (> 0) writable bytes, 64-byte aligned, kept alive by what it stores in *owner;
+  // nullptr (owner untouched) when there is no room now: the caller uses its pool instead.
+  virtual uint8_t* allocate(size_t bytes, std::shared_ptr<const void>* owner) = 0;
+};
+
 // A page-aligned block of `capacity()` bytes; `size()` is how much is in use.
 class Buffer {
  public:

@@ -149,6 +149,13 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
   const auto& job = *job_;
   SY_ASSIGN_OR_RETURN(auto stages, StageRunner::open(job, 0, job.cut.merge_at, identity_,
                                                      unit.stage_states, unit.rescaled));
+  // Chunks are read where the channel takes them without a copy, when it can (a worker
+  // process's data arena); the reader forgets it with the unit.
+  reader_.set_chunk_allocator(channel.chunk_allocator());
+  struct Forget {
+    io::SampleReader& reader;
+    ~Forget() { reader.set_chunk_allocator(nullptr); }
+  } forget{reader_};
   ShardStreams streams(job, unit, reader_, stats_.get());
   InterleaveCursor order(unit.take, unit.consumed);
   Packer packer(job, channel, stats_.get());

@@ -174,6 +174,34 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   const uint64_t wanted = 5 * packet + held;
   launch->arena_bytes_ = options.arena_bytes ? options.arena_bytes
                                              : std::clamp<uint64_t>(wanted, 8ull << 20, 1ull << 30);
+  // The data arena (io/transport/shm_arena.h ArenaChunks): where a worker reads the ranges of
+  // tar shards it does not map, so that their items cross without a copy. It holds a chunk
+  // per logical shard the worker interleaves, until the loader has collated the chunk's
+  // items, and as much again for the loader's items, which may lag the worker by several
+  // chunks of each shard (one worker starts first): four times that, and the items the
+  // loader holds. A chunk that finds it full goes to the worker's heap and its items are
+  // copied, so this sizes for speed, not correctness.
+  // Workers fed by a dispatcher read nothing, and ranges that are mapped need no room.
+  if (!spec.enabled() && job.dispatch == Dispatch::kNone) {
+    uint64_t span = 0, items = 0;
+    bool reads = false;
+    for (const auto& src : job.manifest->sources) {
+      if (src.kind != SourceKind::kTar && src.kind != SourceKind::kTarGz) continue;
+      if (src.kind == SourceKind::kTarGz || io::is_remote_uri(src.uri)) reads = true;
+      for (const auto& sample : src.samples) span += sample.end - sample.begin;
+      items += src.samples.size();
+    }
+    const uint64_t chunk = uint64_t{job.plan.chunk_items} * (span / std::max<uint64_t>(1, items));
+    if (items > 0 && (reads || chunk < job.reader.map_threshold_bytes)) {
+      const uint64_t per_worker =
+          (job.shards.count() + uint64_t{workers} * job.topology.ranks - 1) /
+          (uint64_t{workers} * job.topology.ranks);
+      const uint64_t data = 4 * chunk * (per_worker + 2) + held;
+      launch->data_bytes_ = options.arena_bytes
+                                ? options.arena_bytes
+                                : std::clamp<uint64_t>(data, 4ull << 20, 256ull << 20);
+    }
+  }
   launch->options_ = std::move(options);
   return launch;
 }

@@ -181,9 +181,10 @@ class RemoteRoute : public io::Route {
 };
 
 // The arenas of this process's channels, kept from unit to unit: the rank sends the same
-// output arena again (its ArenaPool), and the input arena of routed items is reused here.
+// output arena (and data arena) again (its ArenaPools), and the input arena of routed items
+// is reused here.
 struct UnitArenas {
-  io::AttachedArenas output;
+  io::AttachedArenas output{4};
   std::shared_ptr<io::ArenaPool> input = std::make_shared<io::ArenaPool>();
 };
 

@@ -307,6 +307,7 @@ class ProcessRunner : public UnitRunner {
   // The arenas of this worker's channels, one per unit, reused from unit to unit: its
   // output's (made here), and its routed input's (made by the worker process).
   const std::shared_ptr<io::ArenaPool> arenas_ = std::make_shared<io::ArenaPool>();
+  const std::shared_ptr<io::ArenaPool> data_arenas_ = std::make_shared<io::ArenaPool>();
   io::AttachedArenas input_arenas_;
   uint64_t restarts_ = 0;
   // The last process reaped: its pid, and whether a signal ended it (a death, not a refusal).
@@ -441,6 +442,8 @@ ProcessRunner::Outcome ProcessRunner::attempt(
   o.segment.size_option = "LoaderOptions::shm_arena_bytes (shardyard run --shm-arena-mb)";
   o.files = launch_->file_ranges();
   o.arenas = arenas_;
+  o.data_bytes = launch_->data_bytes();
+  o.data_arenas = data_arenas_;
   std::vector<io::ShmPeer> peers;
   peers.push_back(io::ShmPeer{std::move(out_ends->first), who()});
   auto consumer = io::ShmConsumer::open(std::move(peers), o);

@@ -51,7 +51,8 @@ inline constexpr char kWorkerParentEnv[] = "SHARDYARD_WORKER_PARENT";
 struct WorkerProcessOptions {
   std::string binary;             // the program started in worker mode; empty: this one
   uint32_t max_restarts = 3;      // restarts of one worker without progress before the run stops
-  uint64_t arena_bytes = 0;       // shared arena of each worker's channel; 0: sized from the job
+  uint64_t arena_bytes = 0;       // shared arena of each worker's channel (and its data arena,
+                                  // when it has one); 0: sized from the job
   uint32_t prefetch_batches = 2;  // LoaderOptions::prefetch_batches (sizes the arena)
   std::string shm_dir;            // where arenas live; empty: $SHARDYARD_SHM_DIR, else /dev/shm
   int start_timeout_ms = 60000;   // a new worker process must be ready within this
@@ -73,6 +74,9 @@ class WorkerLaunch {
   Result<io::UniqueFd> manifest_fd() const;
   bool has_manifest_segment() const { return manifest_.has_value(); }
   uint64_t arena_bytes() const { return arena_bytes_; }
+  // The data arena of each worker's channel (io/transport/shm_channel.h data_bytes); 0 when
+  // the workers read no chunk into one.
+  uint64_t data_bytes() const { return data_bytes_; }
   // Worker processes restarted so far, over the whole job.
   uint64_t restarts() const { return restarts_.load(); }
   void count_restart() { restarts_.fetch_add(1); }
@@ -94,6 +98,7 @@ class WorkerLaunch {
   std::optional<io::ShmSegment> manifest_;
   io::FileRanges file_ranges_;
   uint64_t arena_bytes_ = 0;
+  uint64_t data_bytes_ = 0;
   std::atomic<uint64_t> restarts_{0};
   struct Image {
     std::weak_ptr<const io::SharedShard> shard;

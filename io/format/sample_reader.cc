@@ -172,21 +172,26 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
       return parse(source, m.data(), m.size(), std::move(owner), begin, first, last, id, out);
     }
   }
-  auto buf = pool_->acquire(end - begin);
+  const size_t size = static_cast<size_t>(end - begin);
+  std::shared_ptr<const void> owner;
+  uint8_t* data = chunks_ ? chunks_->allocate(size, &owner) : nullptr;
+  if (data == nullptr) {
+    auto buf = pool_->acquire(size);
+    data = buf->data();
+    owner = std::move(buf);
+  }
   if (src.kind == SourceKind::kTarGz) {
-    Status st = inflate_range(source, f, begin, end - begin, buf->data());
+    Status st = inflate_range(source, f, begin, size, data);
     if (!st.is_ok()) {
       gz_.erase(source);  // a stream that failed is not resumed
       return changed(source, st);
     }
   } else {
-    Status st = read_exact(*f, begin, buf->data(), end - begin);
+    Status st = read_exact(*f, begin, data, size);
     if (!st.is_ok()) return changed(source, st);
   }
-  bytes_read_ += end - begin;
-  const uint8_t* data = buf->data();
-  size_t size = buf->size();
-  return parse(source, data, size, std::move(buf), begin, first, last, id, out);
+  bytes_read_ += size;
+  return parse(source, data, size, std::move(owner), begin, first, last, id, out);
 }
 
 namespace {

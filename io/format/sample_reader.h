@@ -1,8 +1,9 @@
 // SampleReader: reads a run of a source's samples into items, one read per run.
 //
 // For a tar shard the byte range of samples [first, last) (known from the manifest) is read
-// with one positioned read into a pooled page-aligned buffer and parsed in place; every
-// item's fields are views into that buffer, which the items keep alive. Ranges of at least
+// with one positioned read into a pooled page-aligned buffer (or memory from a
+// ChunkAllocator, when one is set) and parsed in place; every item's fields are views into
+// that buffer, which the items keep alive. Ranges of at least
 // `map_threshold_bytes` are memory-mapped instead of read where the file system allows it:
 // the page cache is then copied once, straight into the batch, and the mapping is dropped
 // when the range's last item is. A gzip-compressed
@@ -73,6 +74,10 @@ class SampleReader {
   // for read() to report.
   void will_need(uint32_t source, uint64_t first, uint64_t last);
   uint64_t bytes_read() const { return bytes_read_; }
+  // Where the ranges of tar shards that are read (not mapped) go from now on, ahead of the
+  // pool: a worker process reads them into its channel's shared arena, so that the loader
+  // takes the items there without a copy. Null: the pool alone.
+  void set_chunk_allocator(std::shared_ptr<ChunkAllocator> chunks) { chunks_ = std::move(chunks); }
 
  private:
   struct GzCursor;
@@ -96,6 +101,7 @@ class SampleReader {
   FileSystem& fs_;
   std::shared_ptr<const Manifest> manifest_;
   std::shared_ptr<BufferPool> pool_;
+  std::shared_ptr<ChunkAllocator> chunks_;
   size_t max_open_;
   size_t map_threshold_;
   uint64_t max_sample_bytes_;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/buffer.h"
 #include "runtime/item.h"
 #include "runtime/pipeline_cut.h"
 #include "runtime/status.h"
@@ -45,6 +46,10 @@ class Channel {
   // Packets queued now, and the payload bytes they hold (Packet::bytes), for the monitor.
   virtual size_t depth() const = 0;
   virtual uint64_t queued_bytes() const = 0;
+  // Producer side: where a producer may read the bytes of the items it will push, so that
+  // push() sends them without a copy (a shared-memory channel's data arena); null when
+  // the channel has none.
+  virtual std::shared_ptr<ChunkAllocator> chunk_allocator() { return nullptr; }
 };
 
 // A logical shard loaded whole by a rank's dispatcher and shared read-only with all of the

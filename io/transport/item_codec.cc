@@ -47,27 +47,70 @@ bool in_file(const FileBytes* file, const Field& f, uint64_t file_field_bytes, u
   return true;
 }
 
+// Whether plan_payload() names field `f` of an item owned by `chunk` by its arena place.
+bool in_arena(const ArenaBytes* chunk, const Field& f, uint64_t* offset) {
+  if (chunk == nullptr || f.size == 0) return false;
+  const auto at = reinterpret_cast<uintptr_t>(f.data),
+             from = reinterpret_cast<uintptr_t>(chunk->data);
+  if (at < from || f.size > chunk->size || at - from > chunk->size - f.size) return false;
+  *offset = chunk->offset + (at - from);
+  return true;
+}
+
+const ArenaBytes* chunk_of(const Item& item, const void* arena) {
+  if (arena == nullptr) return nullptr;
+  const ArenaBytes* chunk = arena_bytes_of(item.owner);
+  return chunk != nullptr && chunk->arena == arena ? chunk : nullptr;
+}
+
+// The deleter type marks an owner made by arena_bytes_owner() (as FileBytesDeleter does in
+// runtime/item.cc).
+struct ArenaBytesDeleter {
+  const ArenaBytes* self = nullptr;
+  mutable std::function<void()> done;
+  void operator()(const ArenaBytes* p) const {
+    if (done) done();
+    delete p;
+  }
+};
+
 }  // namespace
 
-uint64_t payload_upper_bound(const Item& item, uint64_t align, uint64_t file_field_bytes) {
+std::shared_ptr<const void> arena_bytes_owner(ArenaBytes bytes, std::function<void()> done) {
+  const auto* p = new ArenaBytes(bytes);
+  return std::shared_ptr<const ArenaBytes>(p, ArenaBytesDeleter{p, std::move(done)});
+}
+
+const ArenaBytes* arena_bytes_of(const std::shared_ptr<const void>& owner) {
+  if (owner == nullptr) return nullptr;
+  const auto* d = std::get_deleter<ArenaBytesDeleter>(owner);
+  return d == nullptr ? nullptr : d->self;
+}
+
+uint64_t payload_upper_bound(const Item& item, uint64_t align, uint64_t file_field_bytes,
+                             const void* arena) {
   const FileBytes* file = file_field_bytes > 0 ? file_bytes_of(item.owner) : nullptr;
+  const ArenaBytes* chunk = chunk_of(item, arena);
   uint64_t n = 0, offset = 0;
   for (const auto& f : item.fields)
-    if (f.size > 0 && !in_file(file, f, file_field_bytes, &offset)) n += align_up(f.size, align);
+    if (f.size > 0 && !in_file(file, f, file_field_bytes, &offset) && !in_arena(chunk, f, &offset))
+      n += align_up(f.size, align);
   return n;
 }
 
 void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan,
-                  uint64_t file_field_bytes) {
+                  uint64_t file_field_bytes, const void* arena) {
   plan->extents.clear();
   plan->field_offsets.clear();
   plan->field_places.clear();
   plan->item_sources.clear();
+  plan->arena_slots.clear();
   plan->scratch.clear();
   plan->bytes = 0;
   bool sorted = true;
   for (size_t i = 0; i < n; ++i) {
     const FileBytes* file = file_field_bytes > 0 ? file_bytes_of(items[i].owner) : nullptr;
+    const ArenaBytes* chunk = chunk_of(items[i], arena);
     plan->item_sources.push_back(kNoSource);
     for (const auto& f : items[i].fields) {
       const size_t index = plan->field_offsets.size();
@@ -77,6 +120,13 @@ void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan
       if (in_file(file, f, file_field_bytes, &plan->field_offsets[index])) {
         plan->field_places[index] = kPlaceFile;
         plan->item_sources[i] = file->source;
+        continue;
+      }
+      if (in_arena(chunk, f, &plan->field_offsets[index])) {
+        plan->field_places[index] = kPlaceArena;
+        auto& slots = plan->arena_slots;
+        if (std::find(slots.rbegin(), slots.rend(), chunk->slot) == slots.rend())
+          slots.push_back(chunk->slot);
         continue;
       }
       const auto at = reinterpret_cast<uintptr_t>(f.data);
@@ -201,7 +251,7 @@ class Reader {
 };
 
 bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out, std::string* error,
-            const FileRanges* files) {
+            const FileRanges* files, const ArenaView* arena) {
   out->id = in.uint(8);
   out->shard = static_cast<uint32_t>(in.uint(4));
   out->position = in.uint(8);
@@ -235,15 +285,21 @@ bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
       out->fields.push_back(Field{std::string(name), nullptr, static_cast<size_t>(size)});
       continue;
     }
-    if (place != kPlaceRegion)
+    if (place != kPlaceRegion && place != kPlaceArena)
       return fail(error, "field '" + std::string(name) + "' has the unknown place " +
                              std::to_string(place));
-    if (offset > region_bytes || size > region_bytes - offset)
+    const bool in_arena = place == kPlaceArena;
+    if (in_arena && (arena == nullptr || arena->data == nullptr))
+      return fail(error, "field '" + std::string(name) +
+                             "' lies in a data arena, where only the region is allowed");
+    const uint8_t* base = in_arena ? arena->data : region;
+    const uint64_t bytes = in_arena ? arena->size : region_bytes;
+    if (offset > bytes || size > bytes - offset || (in_arena && size == 0))
       return fail(error, "field '" + std::string(name) + "' at " + std::to_string(offset) + " + " +
-                             std::to_string(size) + " lies outside the " +
-                             std::to_string(region_bytes) + " bytes of its region");
+                             std::to_string(size) + " lies outside the " + std::to_string(bytes) +
+                             " bytes of its " + (in_arena ? "data arena" : "region"));
     if (size > 0) ++in_region;
-    out->fields.push_back(Field{std::string(name), region + offset, static_cast<size_t>(size)});
+    out->fields.push_back(Field{std::string(name), base + offset, static_cast<size_t>(size)});
   }
   const uint64_t flags = in.uint(1);
   if (flags & ~uint64_t{kHasStageState | kHasDispatchState | kHasSource})
@@ -278,15 +334,16 @@ bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
 }  // namespace
 
 bool decode_item(std::string_view bytes, size_t* pos, const uint8_t* region, uint64_t region_bytes,
-                 Item* out, std::string* error, const FileRanges* files) {
+                 Item* out, std::string* error, const FileRanges* files, const ArenaView* arena) {
   Reader in(bytes, std::min(*pos, bytes.size()));
-  const bool ok = decode(in, region, region_bytes, out, error, files);
+  const bool ok = decode(in, region, region_bytes, out, error, files, arena);
   *pos = in.pos();
   return ok;
 }
 
 Status decode_items(std::string_view block, const uint8_t* region, uint64_t region_bytes,
-                    std::vector<Item>* out, const std::string& what, const FileRanges* files) {
+                    std::vector<Item>* out, const std::string& what, const FileRanges* files,
+                    const ArenaView* arena) {
   Reader in(block, 0);
   const uint64_t version = in.uint(4), count = in.uint(4);
   if (in.failed()) return corrupt(what + ": item descriptors cut short");
@@ -301,7 +358,7 @@ Status decode_items(std::string_view block, const uint8_t* region, uint64_t regi
   std::string error;
   for (uint64_t i = 0; i < count; ++i) {
     out->emplace_back();
-    if (!decode(in, region, region_bytes, &out->back(), &error, files)) {
+    if (!decode(in, region, region_bytes, &out->back(), &error, files, arena)) {
       out->pop_back();
       return corrupt(what + ": item " + std::to_string(i) + " of " + std::to_string(count) + ": " +
                      error);

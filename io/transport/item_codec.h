@@ -24,6 +24,13 @@
 // page cache as it does with workers in its own process. A reader without the callback
 // refuses such a field.
 //
+// Arena bytes: a field of place 2 was not copied either; it is bytes [offset, offset + size)
+// of the producer's data arena, where the producer read it before it made the item (a
+// chunk of a tar shard read into the arena, io/transport/shm_arena.h ArenaChunks). A
+// producer names a field so when its item's owner is an ArenaBytes of that arena holding
+// it; the reader views its own mapping of the arena. A reader without one refuses such a
+// field.
+//
 // plan_payload() lays the field bytes of a run of items out once: fields whose bytes
 // overlap or touch in memory (windows cut from one buffer) share one copy, as they share
 // one buffer in the producer; each copied extent starts on an `align` boundary.
@@ -44,8 +51,8 @@
 
 namespace shardyard::io {
 
-inline constexpr uint32_t kItemCodecVersion = 2;
-inline constexpr uint8_t kPlaceRegion = 0, kPlaceFile = 1;
+inline constexpr uint32_t kItemCodecVersion = 3;
+inline constexpr uint8_t kPlaceRegion = 0, kPlaceFile = 1, kPlaceArena = 2;
 inline constexpr uint32_t kNoSource = 0xffffffffu;
 
 // What a reader maps for a file range: bytes [offset, offset + size) of source `source` at
@@ -55,6 +62,26 @@ struct FileView {
   std::shared_ptr<const void> keep;
 };
 using FileRanges = std::function<Result<FileView>(uint32_t source, uint64_t offset, uint64_t size)>;
+
+// Bytes a producer placed in its data arena before it made items of them: fields of an
+// item whose owner is one of these are named by their place in that arena (place 2).
+struct ArenaBytes {
+  const void* arena = nullptr;  // which arena: the producer's ArenaChunks
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+  uint64_t offset = 0;  // data[0] is byte `offset` of the arena's ring
+  uint32_t slot = 0;    // the span's slot in the arena's header (shm_arena.h)
+};
+// An owner for Item::owner recognised by arena_bytes_of(); `done` runs once, when the last
+// holder drops it (on that holder's thread).
+std::shared_ptr<const void> arena_bytes_owner(ArenaBytes bytes, std::function<void()> done);
+// The ArenaBytes that `owner` is, or nullptr when it is something else.
+const ArenaBytes* arena_bytes_of(const std::shared_ptr<const void>& owner);
+// Where the reader of a block finds fields of place 2: its mapping of the data arena.
+struct ArenaView {
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
 
 struct PayloadPlan {
   struct Extent {
@@ -66,6 +93,7 @@ struct PayloadPlan {
   std::vector<uint64_t> field_offsets;  // one per field of the items, in order
   std::vector<uint8_t> field_places;    // one per field: kPlaceRegion or kPlaceFile
   std::vector<uint32_t> item_sources;   // one per item: its source, or kNoSource
+  std::vector<uint32_t> arena_slots;    // the data arena's spans the fields name, once each
   uint64_t bytes = 0;                   // the region's size
   struct Range {
     uintptr_t start;
@@ -76,13 +104,16 @@ struct PayloadPlan {
 };
 
 // The layout of items[0..n)'s field bytes in a region; with file_field_bytes > 0, fields at
-// least that long that lie in their item's FileBytes owner are named by file range instead.
+// least that long that lie in their item's FileBytes owner are named by file range instead;
+// with `arena`, fields that lie in their item's ArenaBytes owner of that arena are named by
+// their place in it.
 void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan,
-                  uint64_t file_field_bytes = 0);
+                  uint64_t file_field_bytes = 0, const void* arena = nullptr);
 // Copies the bytes of `plan` into `region` (plan.bytes long).
 void copy_payload(const PayloadPlan& plan, uint8_t* region);
 // The region size plan_payload() gives at most (no field shares bytes).
-uint64_t payload_upper_bound(const Item& item, uint64_t align, uint64_t file_field_bytes = 0);
+uint64_t payload_upper_bound(const Item& item, uint64_t align, uint64_t file_field_bytes = 0,
+                             const void* arena = nullptr);
 
 // The exact size of encode_item()'s output for `item`, with or without a source.
 uint64_t encoded_item_bytes(const Item& item, bool source = false);
@@ -94,14 +125,17 @@ void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* out,
 void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out);
 
 // Decodes the item at bytes[*pos..], moving *pos past it; its fields view
-// region[0..region_bytes), or what `files` maps for file ranges (nullptr: refused). False on
-// damage or a range `files` cannot map (`error` says what). An item whose fields all lie in
-// its file gets the mapping as `owner`; with fields in the region too it is in `owners`.
+// region[0..region_bytes), what `files` maps for file ranges, or `arena` for arena bytes
+// (nullptr or empty: refused). False on damage or a range `files` cannot map (`error` says
+// what). An item whose fields all lie in its file gets the mapping as `owner`; with fields
+// in the region or the arena too it is in `owners`. Fields in the region or the arena are
+// kept alive by the owner the caller sets.
 bool decode_item(std::string_view bytes, size_t* pos, const uint8_t* region, uint64_t region_bytes,
-                 Item* out, std::string* error, const FileRanges* files = nullptr);
+                 Item* out, std::string* error, const FileRanges* files = nullptr,
+                 const ArenaView* arena = nullptr);
 // Decodes a block, appending its items to `out`; `what` names the block in messages.
 Status decode_items(std::string_view block, const uint8_t* region, uint64_t region_bytes,
                     std::vector<Item>* out, const std::string& what,
-                    const FileRanges* files = nullptr);
+                    const FileRanges* files = nullptr, const ArenaView* arena = nullptr);
 
 }  // namespace shardyard::io

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <new>
 
+#include "io/transport/item_codec.h"
+
 namespace shardyard::io {
 
 uint64_t align_arena(uint64_t bytes) {
@@ -124,6 +126,8 @@ Result<std::shared_ptr<ShmArena>> ArenaPool::take(uint64_t capacity,
       h.cancelled.store(0);
       h.sent.store(0);
       h.producer_waiting.store(0);
+      h.producer_spans.store(0);
+      for (auto& d : h.span_drops) d.store(0);
       return arena;
     }
   }
@@ -166,6 +170,84 @@ Result<std::shared_ptr<ShmArena>> AttachedArenas::attach(UniqueFd fd, uint64_t c
       Entry{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), arena});
   if (entries_.size() > keep_) entries_.pop_back();
   return arena;
+}
+
+std::shared_ptr<ArenaChunks> ArenaChunks::create(std::shared_ptr<ShmArena> arena) {
+  return std::shared_ptr<ArenaChunks>(new ArenaChunks(std::move(arena)));
+}
+
+ArenaChunks::ArenaChunks(std::shared_ptr<ShmArena> arena)
+    : arena_(std::move(arena)),
+      ring_(arena_->capacity()),
+      base_(kArenaSpanSlots, 0),
+      named_(kArenaSpanSlots, 0) {
+  free_slots_.reserve(kArenaSpanSlots);
+  for (uint32_t slot = kArenaSpanSlots; slot > 0; --slot) free_slots_.push_back(slot - 1);
+}
+
+uint8_t* ArenaChunks::allocate(size_t bytes, std::shared_ptr<const void>* owner) {
+  uint8_t* ring = arena_->writable_ring();
+  // A chunk over a quarter of the ring would keep too much of it from the next ones.
+  if (ring == nullptr || bytes == 0 || bytes > ring_.capacity() / 4) return nullptr;
+  ArenaRing::Span span;
+  uint32_t slot;
+  {
+    MutexLock lock(&mu_);
+    reclaim();
+    if (free_slots_.empty()) return nullptr;
+    const uint64_t released = spans_.empty() ? ring_.head() : spans_.front().start;
+    auto placed = ring_.allocate(bytes, released, &span);
+    if (!placed.is_ok() || !*placed) return nullptr;
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    base_[slot] = arena_->header().span_drops[slot].load(std::memory_order_acquire);
+    named_[slot] = 0;
+    spans_.push_back(Span{span.start, span.bytes, slot, false});
+  }
+  arena_->header().producer_spans.fetch_add(1);
+  uint8_t* data = ring + span.offset;
+  *owner =
+      arena_bytes_owner(ArenaBytes{id(), data, bytes, span.offset, slot},
+                        [self = shared_from_this(), start = span.start] { self->retire(start); });
+  return data;
+}
+
+void ArenaChunks::named(const std::vector<uint32_t>& slots) {
+  MutexLock lock(&mu_);
+  for (uint32_t slot : slots)
+    if (slot < kArenaSpanSlots) ++named_[slot];
+}
+
+size_t ArenaChunks::spans() {
+  MutexLock lock(&mu_);
+  reclaim();
+  return spans_.size();
+}
+
+void ArenaChunks::retire(uint64_t start) {
+  {
+    MutexLock lock(&mu_);
+    auto it = std::lower_bound(spans_.begin(), spans_.end(), start,
+                               [](const Span& s, uint64_t v) { return s.start < v; });
+    if (it == spans_.end() || it->start != start || it->retired) return;
+    it->retired = true;
+    reclaim();
+  }
+  arena_->header().producer_spans.fetch_sub(1);
+}
+
+void ArenaChunks::reclaim() {
+  const ArenaHeader& h = arena_->header();
+  while (!spans_.empty()) {
+    const Span& front = spans_.front();
+    if (!front.retired) return;
+    // The consumer's count only grows; it has dropped every run naming the span once it
+    // counted as many as were sent.
+    const uint64_t dropped = h.span_drops[front.slot].load(std::memory_order_acquire);
+    if (dropped - base_[front.slot] < named_[front.slot]) return;
+    free_slots_.push_back(front.slot);
+    spans_.pop_front();
+  }
 }
 
 }  // namespace shardyard::io

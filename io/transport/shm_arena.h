@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "io/transport/shm_segment.h"
+#include "runtime/buffer.h"
 #include "runtime/mutex.h"
 #include "runtime/status.h"
 
@@ -33,7 +34,10 @@ namespace shardyard::io {
 inline constexpr uint64_t kArenaHeaderBytes = 4096;
 inline constexpr uint64_t kArenaAlign = 64;
 inline constexpr uint64_t kArenaMagic = 0x31414e4552415953;  // "SYARENA1"
-inline constexpr uint32_t kArenaVersion = 1;
+inline constexpr uint32_t kArenaVersion = 2;
+// Spans of a data arena (ArenaChunks) that may be in use at once: each has a slot of the
+// header where the consumer counts the runs naming it that it dropped.
+inline constexpr uint32_t kArenaSpanSlots = 256;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 
@@ -49,6 +53,11 @@ struct ArenaHeader {
   // Written by the producer.
   alignas(64) std::atomic<uint64_t> sent;  // packets sent whole
   std::atomic<uint32_t> producer_waiting;  // 1 while it waits for released or popped
+  // A data arena's: spans the producer still holds (its items not all dropped there).
+  std::atomic<uint64_t> producer_spans;
+  // A data arena's, written by the consumer: per slot, runs naming the slot's span that
+  // it dropped (only grows).
+  alignas(64) std::atomic<uint64_t> span_drops[kArenaSpanSlots];
 };
 static_assert(sizeof(ArenaHeader) <= kArenaHeaderBytes);
 
@@ -168,6 +177,50 @@ class AttachedArenas {
   const size_t keep_;
   Mutex mu_;
   std::deque<Entry> entries_ SY_GUARDED_BY(mu_);  // the one used last first
+};
+
+// The producer's side of a data arena: memory a worker process reads chunks of its shards
+// into (runtime/buffer.h ChunkAllocator), so that the items made of them cross to the
+// loader without a copy: their fields are named by their place in the arena
+// (io/transport/item_codec.h, "Arena bytes"). Each chunk is a span of the ring, owned by an
+// ArenaBytes owner and given a slot of the header. A span is free once the producer dropped
+// it (every item of it pushed or dropped) and the consumer dropped every run that named it:
+// the producer counts the runs it sends naming each slot (named()), the consumer counts in
+// the header those it dropped. Space is reused in ring order, as in the run arena.
+// allocate() never waits: with no room or no slot it returns nullptr and the reader uses
+// its pool (the item's bytes are then copied into a run, as before), so a chunk held long
+// (by a shuffle buffer or by the loader) costs a copy, never a stall.
+//
+// Thread-safe: chunks are dropped on any thread.
+class ArenaChunks : public ChunkAllocator, public std::enable_shared_from_this<ArenaChunks> {
+ public:
+  static std::shared_ptr<ArenaChunks> create(std::shared_ptr<ShmArena> arena);
+  uint8_t* allocate(size_t bytes, std::shared_ptr<const void>* owner) override;
+  // A run naming `slots` is about to be sent: each span counts one more run to be dropped.
+  void named(const std::vector<uint32_t>& slots);
+  // What the ArenaBytes owners of this arena name (item_codec.h ArenaBytes::arena).
+  const void* id() const { return this; }
+  const ShmArena& arena() const { return *arena_; }
+  // Spans held now (by the producer, or named by runs the consumer has not dropped).
+  size_t spans();
+
+ private:
+  explicit ArenaChunks(std::shared_ptr<ShmArena> arena);
+  void retire(uint64_t start);
+  void reclaim() SY_REQUIRES(mu_);
+
+  struct Span {
+    uint64_t start = 0, bytes = 0;
+    uint32_t slot = 0;
+    bool retired = false;  // the producer dropped it
+  };
+  const std::shared_ptr<ShmArena> arena_;
+  mutable Mutex mu_;
+  ArenaRing ring_ SY_GUARDED_BY(mu_);
+  std::deque<Span> spans_ SY_GUARDED_BY(mu_);  // in ring order
+  std::vector<uint32_t> free_slots_ SY_GUARDED_BY(mu_);
+  // Per slot: the header's drop count when the span took it, and runs sent naming it.
+  std::vector<uint64_t> base_ SY_GUARDED_BY(mu_), named_ SY_GUARDED_BY(mu_);
 };
 
 uint64_t align_arena(uint64_t bytes);

@@ -8,10 +8,12 @@
 // A worker connects (ShmProducer::connect) on its end. push() copies each item's field
 // bytes once into the arena (fields that share bytes share the copy) with the item's
 // descriptor (io/transport/item_codec.h: key, fields, id, shard, position, worker, stage
-// states) and sends a small run frame; pop() returns Items whose fields are views into the
-// loader's read-only mapping of the arena and whose `owner` frees the run when the last item
-// of it is dropped, on any thread, crediting the producer. A packet larger than
-// max_run_bytes travels as several runs and is popped whole.
+// states) and sends a small run frame; fields the producer read into its data arena
+// (chunk_allocator(), with ShmChannelOptions::data_bytes) are named there, not copied.
+// pop() returns Items whose fields are views into the loader's read-only mappings of the
+// arenas and whose `owner` frees the run (and counts the data arena's spans it names as
+// dropped) when the last item of it is dropped, on any thread, crediting the producer. A packet
+// larger than max_run_bytes travels as several runs and is popped whole.
 //
 // Backpressure: push() waits while the producer has `packets_in_flight` packets sent and
 // not popped, or while its arena has no room for the next run; both waits end at once when
@@ -57,6 +59,13 @@ struct ShmChannelOptions {
   // when it may be reused (io/transport/shm_arena.h ArenaPool). Unset: a new arena per
   // channel, freed with it.
   std::shared_ptr<ArenaPool> arenas;
+  // Ring bytes of a second arena per producer, the data arena, where the producer reads
+  // the bytes of its items before it pushes them (ShmProducer::chunk_allocator()); 0: none.
+  // With one producer it comes from `data_arenas` when set, given back when the producer
+  // finished and dropped every span of it. It only saves copies: where it cannot be made
+  // (no room in the folder), the channel goes on without it.
+  uint64_t data_bytes = 0;
+  std::shared_ptr<ArenaPool> data_arenas;
 };
 
 // One producer as the loader sees it.
@@ -107,6 +116,9 @@ class ShmProducer : public Channel {
   size_t depth() const override;
   // The loader's side counts the bytes in use (ShmConsumer::queued_bytes()); here 0.
   uint64_t queued_bytes() const override { return 0; }
+  // The data arena's allocator (a reader's chunks land where the loader reads them), or
+  // null when the loader sent none.
+  std::shared_ptr<ChunkAllocator> chunk_allocator() override;
   const std::string& channel_name() const;
 
   struct Impl;

@@ -27,12 +27,18 @@ struct Link {
   ~Link() {
     // The producer finished: it writes no more, and no item of the arena is left.
     if (pool && finished_cleanly) pool->give_back(std::move(arena));
+    // The data arena too, once the producer dropped every span of it (no chunk of it is
+    // left in the producer either, so positions may start again from 0).
+    if (data_pool && finished_cleanly && data->header().producer_spans.load() == 0)
+      data_pool->give_back(std::move(data));
   }
   std::string name;
   std::string channel;
   std::shared_ptr<ShmArena> arena;
-  std::shared_ptr<ArenaPool> pool;  // where the arena goes back; may be null
-  UnixSocket socket;                // receive: the popping thread; send_now: any thread
+  std::shared_ptr<ArenaPool> pool;       // where the arena goes back; may be null
+  std::shared_ptr<ShmArena> data;        // the data arena; may be null
+  std::shared_ptr<ArenaPool> data_pool;  // where it goes back; may be null
+  UnixSocket socket;                     // receive: the popping thread; send_now: any thread
   std::mutex mu;
   ArenaReleases releases{1};  // guarded by mu
   // Used by the popping thread only.
@@ -63,12 +69,21 @@ struct Link {
   }
 };
 
-// The owner of the items of one run: frees the run when the last of them is dropped.
+// The owner of the items of one run: frees the run when the last of them is dropped, and
+// counts it dropped for each data arena span it names.
 struct RunLease {
-  RunLease(std::shared_ptr<Link> l, uint64_t s) : link(std::move(l)), start(s) {}
-  ~RunLease() { link->release(start); }
+  RunLease(std::shared_ptr<Link> l, uint64_t s, std::vector<uint32_t> slots)
+      : link(std::move(l)), start(s), arena_slots(std::move(slots)) {}
+  ~RunLease() {
+    if (!arena_slots.empty()) {
+      ArenaHeader& h = link->data->header();
+      for (uint32_t slot : arena_slots) h.span_drops[slot].fetch_add(1, std::memory_order_release);
+    }
+    link->release(start);
+  }
   std::shared_ptr<Link> link;
   uint64_t start;
+  std::vector<uint32_t> arena_slots;
 };
 
 }  // namespace
@@ -96,14 +111,17 @@ struct ShmConsumer::Impl {
         Status s = l->releases.add(r.start, r.bytes);
         if (!s.is_ok()) return corrupt(l->who() + ": " + s.message());
       }
-      auto lease = std::make_shared<RunLease>(l, r.start);
+      if (!r.arena_slots.empty() && !l->data)
+        return corrupt(l->who() + ": a run names spans of a data arena it was not given");
+      auto lease = std::make_shared<RunLease>(l, r.start, r.arena_slots);
       const uint8_t* base = l->arena->ring() + r.start % l->arena->capacity();
       const size_t before = p.items.size();
+      const ArenaView data{l->data ? l->data->ring() : nullptr, l->data ? l->data->capacity() : 0};
       SY_RETURN_IF_ERROR(decode_items(
           std::string_view(reinterpret_cast<const char*>(base) + r.descriptor_offset,
                            r.descriptor_bytes),
           base, r.descriptor_offset, &p.items, l->who() + ", run at " + std::to_string(r.start),
-          options.files ? &options.files : nullptr));
+          options.files ? &options.files : nullptr, &data));
       if (p.items.size() - before != r.items)
         return corrupt(l->who() + ": a run announces " + std::to_string(r.items) +
                        " items and holds " + std::to_string(p.items.size() - before));
@@ -253,6 +271,18 @@ Result<std::shared_ptr<ShmConsumer>> ShmConsumer::open(std::vector<ShmPeer> prod
     } else {
       SY_ASSIGN_OR_RETURN(l->arena, ShmArena::create(options.arena_bytes, seg));
     }
+    if (options.data_bytes > 0) {
+      // Only for speed: where there is no room for it (a small /dev/shm), items are copied
+      // into the arena as they are without one.
+      seg.what = "data arena of " + ch + " for producer " + peer.name;
+      const bool pooled = options.data_arenas && producers.size() == 1;
+      auto data = pooled ? options.data_arenas->take(options.data_bytes, seg)
+                         : ShmArena::create(options.data_bytes, seg);
+      if (data.is_ok()) {
+        l->data = std::move(*data);
+        if (pooled) l->data_pool = options.data_arenas;
+      }
+    }
     const uint64_t capacity = l->arena->capacity();
     l->releases = ArenaReleases(capacity);
     HelloFrame hello;
@@ -263,9 +293,14 @@ Result<std::shared_ptr<ShmConsumer>> ShmConsumer::open(std::vector<ShmPeer> prod
     hello.channel = options.name;
     hello.producer = peer.name;
     hello.file_field_bytes = options.files ? std::max<uint64_t>(options.file_field_bytes, 1) : 0;
+    hello.data_capacity = l->data ? l->data->capacity() : 0;
     Frame f{kHello, encode(hello), {}};
     SY_ASSIGN_OR_RETURN(UniqueFd fd, l->arena->segment().duplicate());
     f.fds.push_back(std::move(fd));
+    if (l->data) {
+      SY_ASSIGN_OR_RETURN(UniqueFd data_fd, l->data->segment().duplicate());
+      f.fds.push_back(std::move(data_fd));
+    }
     Status s = l->socket.send(f, options.wait_timeout_ms);
     if (!s.is_ok()) return unavailable(l->who() + ": cannot send the hello: " + s.message());
     impl->links.push_back(std::move(l));

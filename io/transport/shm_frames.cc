@@ -1,5 +1,6 @@
 #include "io/transport/shm_frames.h"
 
+#include "io/transport/shm_arena.h"
 #include "runtime/codec.h"
 
 namespace shardyard::io {
@@ -53,6 +54,7 @@ std::string encode(const HelloFrame& f) {
   w.str(f.channel.substr(0, kMaxNameBytes));
   w.str(f.producer.substr(0, kMaxNameBytes));
   w.u64(f.file_field_bytes);
+  w.u64(f.data_capacity);
   return std::move(w.out);
 }
 
@@ -71,6 +73,8 @@ std::string encode(const RunFrame& f) {
   w.u64(f.descriptor_bytes);
   w.u32(f.items);
   w.u8(f.flags);
+  w.u32(static_cast<uint32_t>(f.arena_slots.size()));
+  for (uint32_t slot : f.arena_slots) w.u32(slot);
   return std::move(w.out);
 }
 
@@ -92,6 +96,7 @@ Result<HelloFrame> decode_hello(std::string_view body) {
   f.max_run_bytes = in.u64();
   if (!name(&in, &f.channel) || !name(&in, &f.producer)) return bad("hello", "is malformed");
   f.file_field_bytes = in.u64();
+  f.data_capacity = in.u64();
   if (!in.done()) return bad("hello", "is malformed");
   if (f.packets_in_flight == 0) return bad("hello", "allows no packet in flight");
   if (f.max_run_bytes == 0 || f.max_run_bytes > f.capacity)
@@ -119,7 +124,13 @@ Result<RunFrame> decode_run(std::string_view body) {
   f.descriptor_bytes = in.u64();
   f.items = in.u32();
   f.flags = in.u8();
+  const uint32_t slots = in.u32();
+  if (in.failed() || slots > kArenaSpanSlots) return bad("run", "is malformed");
+  f.arena_slots.resize(slots);
+  for (auto& slot : f.arena_slots) slot = in.u32();
   if (!in.done()) return bad("run", "is malformed");
+  for (uint32_t slot : f.arena_slots)
+    if (slot >= kArenaSpanSlots) return bad("run", "names a data arena slot out of range");
   if (f.flags & ~RunFrame::kLastRun) return bad("run", "has unknown flags");
   if (f.descriptor_offset > f.bytes || f.descriptor_bytes > f.bytes - f.descriptor_offset)
     return bad("run", "places its descriptors outside the run");

@@ -3,14 +3,16 @@
 // Bodies use runtime/codec.h encodings; a decoder takes exactly one body and refuses a short,
 // long or inconsistent one with kCorrupt, so a damaged frame never reaches the arena.
 //
-//   kHello    consumer -> producer, with the arena's descriptor: protocol version, arena
-//             capacity, packets the producer may have in flight, its largest run, channel and
-//             producer names, and the smallest field the producer may name by file range
-//             (0: none; io/transport/item_codec.h)
+//   kHello    consumer -> producer, with the arena's descriptor (and the data arena's
+//             second, when it has one): protocol version, arena capacity, packets the
+//             producer may have in flight, its largest run, channel and producer names, the
+//             smallest field the producer may name by file range (0: none;
+//             io/transport/item_codec.h), and the data arena's capacity (0: none)
 //   kHelloAck producer -> consumer: protocol version, the producer's pid
 //   kRun      producer -> consumer: a run of the arena holding items (their bytes and, at
 //             `descriptor_offset`, their descriptors, io/transport/item_codec.h); the last
-//             run of a packet has kLastRun
+//             run of a packet has kLastRun; `arena_slots` lists the data arena's spans its
+//             items name (shm_arena.h ArenaChunks)
 //   kFinish   producer -> consumer: the producer is done; OK or the error that stopped it
 //   kCredit   consumer -> producer: a wake-up; the counts are in the arena's header
 //   kCancel   consumer -> producer: a wake-up; the consumer cancelled (also in the header)
@@ -21,12 +23,13 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/status.h"
 
 namespace shardyard::io {
 
-inline constexpr uint32_t kShmProtocolVersion = 2;
+inline constexpr uint32_t kShmProtocolVersion = 3;
 inline constexpr size_t kMaxNameBytes = 1024;
 inline constexpr size_t kMaxFinishMessageBytes = 8192;
 
@@ -48,6 +51,7 @@ struct HelloFrame {
   std::string channel;             // "r0/e1/w2"
   std::string producer;            // how the consumer names this producer in messages
   uint64_t file_field_bytes = 0;   // fields this long or longer may cross as file ranges
+  uint64_t data_capacity = 0;      // ring bytes of the data arena; 0: none
 };
 
 struct HelloAckFrame {
@@ -63,6 +67,7 @@ struct RunFrame {
   uint64_t descriptor_bytes = 0;
   uint32_t items = 0;
   uint8_t flags = 0;
+  std::vector<uint32_t> arena_slots;  // each below kArenaSpanSlots, at most that many
 };
 
 struct FinishFrame {

@@ -21,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 struct ShmProducer::Impl {
   UnixSocket socket;
   std::shared_ptr<ShmArena> arena;
+  std::shared_ptr<ArenaChunks> chunks;  // the data arena's; null without one
   HelloFrame hello;
   int wait_timeout_ms = 0;
   UniqueFd wake;  // eventfd: cancel() makes it readable
@@ -97,8 +98,10 @@ struct ShmProducer::Impl {
     return shardyard::cancelled(name() + ": the channel was cancelled");
   }
 
+  const void* chunks_id() const { return chunks ? chunks->id() : nullptr; }
+
   uint64_t run_upper_bound(const Item& item) const {
-    return payload_upper_bound(item, kArenaAlign, hello.file_field_bytes) +
+    return payload_upper_bound(item, kArenaAlign, hello.file_field_bytes, chunks_id()) +
            encoded_item_bytes(item, hello.file_field_bytes > 0) + kArenaAlign;
   }
 
@@ -107,7 +110,8 @@ struct ShmProducer::Impl {
   Status check_fits(const std::vector<Item>& items) {
     uint64_t total = 0;
     for (const auto& [i, j] : runs) {
-      plan_payload(items.data() + i, j - i, kArenaAlign, &plan, hello.file_field_bytes);
+      plan_payload(items.data() + i, j - i, kArenaAlign, &plan, hello.file_field_bytes,
+                   chunks_id());
       uint64_t descriptors = 8;
       for (size_t k = i; k < j; ++k)
         descriptors += encoded_item_bytes(items[k], hello.file_field_bytes > 0);
@@ -122,7 +126,7 @@ struct ShmProducer::Impl {
 
   // Places items[0..n) in one run and sends its frame.
   Status send_run(const Item* items, size_t n, bool last) {
-    plan_payload(items, n, kArenaAlign, &plan, hello.file_field_bytes);
+    plan_payload(items, n, kArenaAlign, &plan, hello.file_field_bytes, chunks_id());
     descriptors.out.clear();
     encode_items(items, n, plan, &descriptors);
     const uint64_t descriptor_offset = align_arena(plan.bytes);
@@ -146,7 +150,10 @@ struct ShmProducer::Impl {
                  descriptor_offset,
                  descriptors.out.size(),
                  static_cast<uint32_t>(n),
-                 last ? RunFrame::kLastRun : uint8_t{0}};
+                 last ? RunFrame::kLastRun : uint8_t{0},
+                 plan.arena_slots};
+    // Counted before the loader can drop the run, so a span is never freed under it.
+    if (!plan.arena_slots.empty()) chunks->named(plan.arena_slots);
     return send({kRun, encode(run), {}});
   }
 
@@ -173,7 +180,7 @@ struct ShmProducer::Impl {
         "the loader took no packet"));
     const auto& items = packet.items;
     if (items.empty()) {
-      SY_RETURN_IF_ERROR(send({kRun, encode(RunFrame{0, 0, 0, 0, 0, RunFrame::kLastRun}), {}}));
+      SY_RETURN_IF_ERROR(send({kRun, encode(RunFrame{0, 0, 0, 0, 0, RunFrame::kLastRun, {}}), {}}));
     }
     // Runs of consecutive items of at most max_run_bytes (an item alone may take more).
     runs.clear();
@@ -222,16 +229,26 @@ Result<std::shared_ptr<ShmProducer>> ShmProducer::connect(UnixSocket socket,
                        " ms");
   if (got == UnixSocket::Received::kClosed)
     return unavailable("the loader closed the socket before its hello");
-  if (f.type != kHello || f.fds.size() != 1)
+  if (f.type != kHello)
     return corrupt(std::string("the loader's first frame is a ") + frame_type_name(f.type) +
-                   " frame with " + std::to_string(f.fds.size()) +
-                   " descriptors, not a hello with the arena");
+                   " frame, not a hello with the arena");
   SY_ASSIGN_OR_RETURN(HelloFrame hello, decode_hello(f.body));
+  const size_t fds = hello.data_capacity > 0 ? 2 : 1;
+  if (f.fds.size() != fds)
+    return corrupt("the loader's hello comes with " + std::to_string(f.fds.size()) +
+                   " descriptors, not " + std::to_string(fds));
   auto impl = std::make_unique<Impl>();
+  auto attach = [&](UniqueFd fd, uint64_t capacity, const std::string& what) {
+    return arenas != nullptr ? arenas->attach(std::move(fd), capacity, what)
+                             : ShmArena::attach(std::move(fd), capacity, what);
+  };
   const std::string what = "arena of channel " + hello.channel;
-  SY_ASSIGN_OR_RETURN(
-      impl->arena, arenas != nullptr ? arenas->attach(std::move(f.fds[0]), hello.capacity, what)
-                                     : ShmArena::attach(std::move(f.fds[0]), hello.capacity, what));
+  SY_ASSIGN_OR_RETURN(impl->arena, attach(std::move(f.fds[0]), hello.capacity, what));
+  if (hello.data_capacity > 0) {
+    SY_ASSIGN_OR_RETURN(auto data,
+                        attach(std::move(f.fds[1]), hello.data_capacity, "data " + what));
+    impl->chunks = ArenaChunks::create(std::move(data));
+  }
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) return io_error(what + ": cannot create an eventfd: " + std::strerror(errno));
   impl->wake.reset(wake);
@@ -271,5 +288,7 @@ size_t ShmProducer::depth() const {
 }
 
 const std::string& ShmProducer::channel_name() const { return impl_->hello.channel; }
+
+std::shared_ptr<ChunkAllocator> ShmProducer::chunk_allocator() { return impl_->chunks; }
 
 }  // namespace shardyard::io

@@ -1,13 +1,14 @@
 // libFuzzer target for the decoders of the shared-memory data plane (io/transport): what a
 // worker process sends the loader, and what the loader hands workers. The first byte picks
 // the decoder, the rest is its input:
-//   0  an item descriptor block (item_codec.h) over a 64 KiB region and 4 sources of 64 KiB
+//   0  an item descriptor block (item_codec.h) over a 64 KiB region, 4 sources of 64 KiB
+//      and a data arena of 64 KiB
 //   1  a hello frame body, 2 hello-ack, 3 run, 4 finish (shm_frames.h)
 //   5  a raw message on a Unix socket (unix_socket.h: header, bounds)
 //   6  a broadcast shard image (shm_shard.h), put in a memfd and opened
 // Beyond "no crash, no sanitizer report": accepted blocks and bodies re-encode to the very
-// same bytes, and every accepted field lies inside its region or its file. Seeded from
-// tests/fuzz/transport_corpus (written by tests/io/transport/item_codec_test.cc).
+// same bytes, and every accepted field lies inside its region, its file or the data arena. Seeded
+// from tests/fuzz/transport_corpus (written by tests/io/transport/item_codec_test.cc).
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -41,7 +42,9 @@ void same_bytes(const Result<Frame>& f, std::string_view in, const char* what) {
 
 void items(std::string_view in) {
   static uint8_t region[64 << 10];
-  static uint8_t file[64 << 10];  // every source's bytes, for file ranges
+  static uint8_t file[64 << 10];   // every source's bytes, for file ranges
+  static uint8_t arena[64 << 10];  // the data arena
+  static const ArenaView arena_view{arena, sizeof arena};
   const FileRanges files = [](uint32_t source, uint64_t offset, uint64_t size) -> Result<FileView> {
     if (source >= 4 || offset > sizeof file || size > sizeof file - offset)
       return corrupt("past the end");
@@ -49,7 +52,7 @@ void items(std::string_view in) {
                     file_bytes_owner(FileBytes{nullptr, file, sizeof file, source, 0})};
   };
   std::vector<Item> out;
-  if (!decode_items(in, region, sizeof region, &out, "fuzz", &files).is_ok()) return;
+  if (!decode_items(in, region, sizeof region, &out, "fuzz", &files, &arena_view).is_ok()) return;
   PayloadPlan plan;
   for (const auto& item : out) {
     const FileBytes* owner = file_bytes_of(item.owner);
@@ -58,9 +61,11 @@ void items(std::string_view in) {
     for (const auto& f : item.fields) {
       const bool in_region = f.data >= region && f.data + f.size <= region + sizeof region;
       const bool in_file = f.data >= file && f.data + f.size <= file + sizeof file;
-      check(in_region || (in_file && owner != nullptr), "field outside");
-      plan.field_offsets.push_back(static_cast<uint64_t>(f.data - (in_region ? region : file)));
-      plan.field_places.push_back(in_region ? kPlaceRegion : kPlaceFile);
+      const bool in_arena = f.data >= arena && f.data + f.size <= arena + sizeof arena;
+      check(in_region || in_arena || (in_file && owner != nullptr), "field outside");
+      const uint8_t* base = in_region ? region : in_arena ? arena : file;
+      plan.field_offsets.push_back(static_cast<uint64_t>(f.data - base));
+      plan.field_places.push_back(in_region ? kPlaceRegion : in_arena ? kPlaceArena : kPlaceFile);
     }
   }
   ByteWriter again;

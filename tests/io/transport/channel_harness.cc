@@ -104,7 +104,8 @@ void send_raw_run(UnixSocket& socket, ShmArena& arena, ArenaRing& ring,
                desc,
                d.out.size(),
                static_cast<uint32_t>(items.size()),
-               last ? RunFrame::kLastRun : uint8_t{0}};
+               last ? RunFrame::kLastRun : uint8_t{0},
+               {}};
   (void)socket.send({kRun, encode(run), {}}, 5000);
 }
 

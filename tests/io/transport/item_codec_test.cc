@@ -373,8 +373,10 @@ TEST(ItemCodec, FileRangesAreRefusedWithoutAReaderAndWhenDamaged) {
     EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
   };
   std::string b = w.out;
-  b[place_at] = 2;
-  refused(b, "unknown place 2");
+  b[place_at] = 3;
+  refused(b, "unknown place 3");
+  b[place_at] = kPlaceArena;
+  refused(b, "lies in a data arena, where only the region is allowed");
   b = w.out;
   b[place_at] = kPlaceRegion;
   refused(b, "a source, and no field in a file range");
@@ -396,6 +398,79 @@ TEST(ItemCodec, FileRangesAreRefusedWithoutAReaderAndWhenDamaged) {
 
 // The seed corpus of transport_fuzz (tests/fuzz/transport_corpus): one input per decoder,
 // made by the encoders of this build. SY_UPDATE_FUZZ_CORPUS=1 rewrites the files.
+// Fields read into a producer's data arena are named by their place there, each span once
+// per block; fields of another arena, outside the chunk or made by a stage are copied. The
+// reader views its own mapping of the arena, and refuses such fields without one.
+TEST(ItemCodec, FieldsInTheDataArenaAreNamedByTheirPlaceThere) {
+  std::string arena(1 << 16, '\0');
+  for (size_t i = 0; i < arena.size(); ++i) arena[i] = static_cast<char>(i * 7);
+  uint8_t* ring = reinterpret_cast<uint8_t*>(arena.data());
+  int done = 0;
+  const int kArena = 0, kOther = 0;
+  auto chunk = [&](const void* id, uint64_t offset, uint64_t size, uint32_t slot) {
+    return arena_bytes_owner(ArenaBytes{id, ring + offset, size, offset, slot}, [&] { ++done; });
+  };
+  auto first = chunk(&kArena, 4096, 8192, 5), second = chunk(&kArena, 16384, 4096, 9);
+  std::vector<Item> items(4);
+  for (size_t i = 0; i < items.size(); ++i) {
+    items[i].id = i;
+    items[i].key = "k" + std::to_string(i);
+  }
+  items[0].owner = first;
+  items[0].set_field_view("jpg", ring + 4096 + 100, 3000);
+  items[0].set_field_view("cls", ring + 4096 + 3100, 3);
+  items[1].owner = first;
+  items[1].set_field_view("jpg", ring + 4096 + 5000, 3000);
+  items[1].set_field("made", "a stage's bytes");
+  items[2].owner = second;
+  items[2].set_field_view("jpg", ring + 16384, 4096);
+  items[2].set_field_view("past", ring + 16384 + 4000, 200);  // beyond the chunk: copied
+  items[3].owner = chunk(&kOther, 30000, 1000, 1);            // another arena's: copied
+  items[3].set_field_view("jpg", ring + 30000, 1000);
+  EXPECT_EQ(arena_bytes_of(items[3].owner)->arena, &kOther);
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan, 0, &kArena);
+  EXPECT_EQ(plan.field_places,
+            (std::vector<uint8_t>{kPlaceArena, kPlaceArena, kPlaceArena, kPlaceRegion, kPlaceArena,
+                                  kPlaceRegion, kPlaceRegion}));
+  EXPECT_EQ(plan.field_offsets[1], 4196u) << "'jpg' of item 0: its place in the arena";
+  EXPECT_EQ(plan.arena_slots, (std::vector<uint32_t>{5, 9})) << "each span once";
+  EXPECT_EQ(payload_upper_bound(items[0], 64, 0, &kArena), 0u);
+  EXPECT_EQ(payload_upper_bound(items[0], 64), 3008u + 64u);
+  std::string region(plan.bytes, '\0');
+  copy_payload(plan, reinterpret_cast<uint8_t*>(region.data()));
+  ByteWriter w;
+  encode_items(items.data(), items.size(), plan, &w);
+
+  const ArenaView view{ring, arena.size()};
+  std::vector<Item> out;
+  Status s = decode_items(w.out, u8(region), region.size(), &out, "t", nullptr, &view);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_EQ(out.size(), items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    for (size_t f = 0; f < items[i].fields.size(); ++f)
+      EXPECT_EQ(out[i].fields[f].view(), items[i].fields[f].view()) << i << " " << f;
+  EXPECT_EQ(out[0].field("jpg")->data, ring + 4196) << "a view of the reader's mapping";
+  EXPECT_NE(out[3].field("jpg")->data, ring + 30000) << "copied into the region";
+  out.clear();
+  EXPECT_NE(decode_items(w.out, u8(region), region.size(), &out, "t")
+                .message()
+                .find("lies in a data arena"),
+            std::string::npos);
+  const ArenaView small{ring, 8192};
+  EXPECT_NE(decode_items(w.out, u8(region), region.size(), &out, "t", nullptr, &small)
+                .message()
+                .find("outside the 8192 bytes of its data arena"),
+            std::string::npos);
+
+  items.clear();
+  EXPECT_EQ(done, 1) << "the other arena's chunk had item 3 alone";
+  first.reset();
+  EXPECT_EQ(done, 2);
+  second.reset();
+  EXPECT_EQ(done, 3) << "each chunk's `done` runs once, with its last holder";
+}
+
 std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   // Fields view one buffer in address order, so the layout does not depend on the heap.
   static const std::string buf(16384, 'v');
@@ -416,6 +491,13 @@ std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   plan_payload(items.data(), items.size(), 64, &plan, 1024);
   ByteWriter file_block;
   encode_items(items.data(), items.size(), plan, &file_block);
+  // The same items read into a data arena (the buffer stands for it), one span.
+  static const int kSeedArena = 0;
+  for (auto& it : items)
+    it.owner = arena_bytes_owner(ArenaBytes{&kSeedArena, u8(buf), buf.size(), 0, 3}, nullptr);
+  plan_payload(items.data(), items.size(), 64, &plan, 0, &kSeedArena);
+  ByteWriter arena_block;
+  encode_items(items.data(), items.size(), plan, &arena_block);
   HelloFrame hello;
   hello.capacity = 1 << 20;
   hello.packets_in_flight = 4;
@@ -423,7 +505,8 @@ std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   hello.channel = "r0/e1/w2";
   hello.producer = "worker 2";
   hello.file_field_bytes = 65536;
-  RunFrame run{4096, 8192, 6144, 2000, 3, RunFrame::kLastRun};
+  hello.data_capacity = 4 << 20;
+  RunFrame run{4096, 8192, 6144, 2000, 3, RunFrame::kLastRun, {3, 17}};
   SharedShard shard;
   shard.shard = 5;
   shard.first_position = 100;
@@ -441,6 +524,7 @@ std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   frame.u32(static_cast<uint32_t>(encode(run).size()));
   return {{"items", '\0' + block.out},
           {"items_file", '\0' + file_block.out},
+          {"items_arena", '\0' + arena_block.out},
           {"hello", '\1' + encode(hello)},
           {"hello_ack", '\2' + encode(HelloAckFrame{kShmProtocolVersion, 1234})},
           {"run", '\3' + encode(run)},

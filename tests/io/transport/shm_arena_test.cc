@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "io/transport/item_codec.h"
 #include "process_util.h"
 
 namespace shardyard::io {
@@ -243,6 +245,68 @@ TEST(AttachedArenas, TheSameSegmentAttachesOnceAnotherOneAnewAndTheLeastRecently
   EXPECT_EQ(attached.attach(made[1]->segment().duplicate().value(), 4096, "arena").status().code(),
             StatusCode::kCorrupt)
       << "another capacity is no hit, and attach() refuses it";
+}
+
+// The producer's data arena: chunks in ring order, each free once the producer dropped it
+// and the consumer counted every run naming it as dropped; no room is nullptr, never a wait.
+TEST(ArenaChunks, ASpanIsFreeOnceBothSidesDroppedItAndAFullRingRefuses) {
+  SegmentOptions o;
+  o.dir = testing::test_shm_dir();
+  auto consumer = ShmArena::create(64 << 10, o).value();
+  auto chunks = ArenaChunks::create(
+      ShmArena::attach(consumer->segment().duplicate().value(), 64 << 10, "data").value());
+  ArenaHeader& h = consumer->header();
+  std::shared_ptr<const void> a, b, c;
+  uint8_t* pa = chunks->allocate(10000, &a);
+  ASSERT_NE(pa, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pa) % kArenaAlign, 0u);
+  const ArenaBytes* at = arena_bytes_of(a);
+  ASSERT_NE(at, nullptr) << "the owner says where the chunk lies";
+  EXPECT_EQ(at->arena, chunks->id());
+  EXPECT_EQ(at->data, pa);
+  EXPECT_EQ(at->size, 10000u);
+  std::memset(pa, 7, 10000);
+  EXPECT_EQ(consumer->ring()[at->offset + 9999], 7) << "the consumer sees the bytes in place";
+  EXPECT_EQ(chunks->allocate(16385, &c), nullptr) << "over a quarter of the ring";
+  EXPECT_EQ(c, nullptr);
+  ASSERT_NE(chunks->allocate(16000, &b), nullptr);
+  EXPECT_EQ(h.producer_spans.load(), 2u);
+  const uint32_t slot_a = at->slot;
+  chunks->named({slot_a});
+  chunks->named({slot_a});  // two runs name chunk a
+  a.reset();
+  EXPECT_EQ(h.producer_spans.load(), 1u);
+  EXPECT_EQ(chunks->spans(), 2u) << "the consumer still holds both runs naming a";
+  // Fill the ring: 10240 + 16000 used; two chunks of 16000 fit, the third waits for a.
+  std::shared_ptr<const void> d, e, f;
+  ASSERT_NE(chunks->allocate(16000, &d), nullptr);
+  ASSERT_NE(chunks->allocate(16000, &e), nullptr);
+  EXPECT_EQ(chunks->allocate(16000, &f), nullptr) << "a is still held by the consumer";
+  h.span_drops[slot_a].fetch_add(1);
+  EXPECT_EQ(chunks->allocate(16000, &f), nullptr) << "one run naming a is still held";
+  h.span_drops[slot_a].fetch_add(1);
+  EXPECT_NE(chunks->allocate(8000, &f), nullptr) << "a is free: its room comes round again";
+  EXPECT_EQ(chunks->spans(), 4u);
+  b.reset();
+  d.reset();
+  e.reset();
+  f.reset();
+  EXPECT_EQ(chunks->spans(), 0u) << "chunks no run named are free once dropped";
+  EXPECT_EQ(h.producer_spans.load(), 0u);
+}
+
+TEST(ArenaChunks, EverySlotInUseRefusesTheNextChunk) {
+  SegmentOptions o;
+  o.dir = testing::test_shm_dir();
+  auto consumer = ShmArena::create(4 << 20, o).value();
+  auto chunks = ArenaChunks::create(
+      ShmArena::attach(consumer->segment().duplicate().value(), 4 << 20, "data").value());
+  std::vector<std::shared_ptr<const void>> held(kArenaSpanSlots);
+  for (auto& owner : held) ASSERT_NE(chunks->allocate(64, &owner), nullptr);
+  std::shared_ptr<const void> more;
+  EXPECT_EQ(chunks->allocate(64, &more), nullptr) << "no slot left for its count";
+  held.front().reset();
+  EXPECT_NE(chunks->allocate(64, &more), nullptr) << "the first slot is free again";
 }
 
 }  // namespace

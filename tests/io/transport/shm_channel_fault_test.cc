@@ -226,19 +226,19 @@ void send_one_item_run(UnixSocket& s, ShmArena& a, uint64_t field_offset, uint32
   ByteWriter d;
   encode_items(&it, 1, plan, &d);
   std::memcpy(a.writable_ring() + 128, d.out.data(), d.out.size());
-  (void)s.send({kRun, encode(RunFrame{0, 1024, 128, d.out.size(), announced, 1}), {}}, 5000);
+  (void)s.send({kRun, encode(RunFrame{0, 1024, 128, d.out.size(), announced, 1, {}}), {}}, 5000);
 }
 
 std::vector<Damage> damages() {
   return {
       {"UnalignedRun",
        [](UnixSocket& s, ShmArena&) {
-         (void)s.send({kRun, encode(RunFrame{100, 128, 64, 8, 1, 1}), {}}, 5000);
+         (void)s.send({kRun, encode(RunFrame{100, 128, 64, 8, 1, 1, {}}), {}}, 5000);
        },
        "is not a run"},
       {"RunOutsideTheRing",
        [](UnixSocket& s, ShmArena& a) {
-         (void)s.send({kRun, encode(RunFrame{0, a.capacity() * 2, 64, 8, 1, 1}), {}}, 5000);
+         (void)s.send({kRun, encode(RunFrame{0, a.capacity() * 2, 64, 8, 1, 1, {}}), {}}, 5000);
        },
        "is not a run"},
       {"FieldOutsideItsRun",

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -319,6 +320,127 @@ TEST_F(ShmChannelTest, ConsecutiveChannelsOfOneProducerReuseOneArena) {
     EXPECT_EQ(pool->idle(), 1u) << "channel " << c << " gave it back";
   }
   EXPECT_EQ(pool->reused(), uint64_t{kChannels - 1});
+  EXPECT_EQ(child.wait(20000), kProduced);
+}
+
+// What a worker's reader does with a data arena: the packet's field bytes read into one
+// chunk of it (one span named by every run of the packet), the items owned by the chunk.
+// A packet whose chunk does not fit stays as it is (its bytes are then copied).
+Packet in_one_chunk(Packet p, ChunkAllocator& chunks, int* placed, int* fell_back) {
+  uint64_t total = 0;
+  for (const auto& it : p.items)
+    for (const auto& f : it.fields) total += f.size;
+  std::shared_ptr<const void> owner;
+  uint8_t* at = total > 0 ? chunks.allocate(total, &owner) : nullptr;
+  if (at == nullptr) {
+    ++*fell_back;
+    return p;
+  }
+  ++*placed;
+  for (auto& it : p.items) {
+    for (auto& f : it.fields) {
+      if (f.size > 0) std::memcpy(at, f.data, f.size);
+      f.data = at;
+      at += f.size;
+    }
+    it.owner = owner;
+    it.owners.clear();
+  }
+  return p;
+}
+
+// Fields a producer read into its data arena cross without a copy into a run: the runs hold
+// descriptors alone, the items read the same bytes, and a span is free again once the
+// producer dropped its chunk and the loader every run naming it. Packets of some runs each,
+// and chunks too large for the data arena, which fall back to the copy.
+TEST_F(ShmChannelTest, FieldsReadIntoTheDataArenaCrossWithoutACopy) {
+  const StreamSpec spec{51, 24, 16 << 10};
+  constexpr uint64_t kPackets = 200;
+  Ends ends = make_ends();
+  Child child = fork_with_producer(ends, [&](ShmProducer& producer) {
+    auto chunks = std::dynamic_pointer_cast<ArenaChunks>(producer.chunk_allocator());
+    if (!chunks) return 30;
+    int placed = 0, fell_back = 0;
+    for (uint64_t i = 0; i < kPackets; ++i)
+      if (!producer.push(in_one_chunk(make_packet(spec, i), *chunks, &placed, &fell_back)).is_ok())
+        return kPushFailed;
+    producer.finish(Status::ok());
+    if (placed < 50 || fell_back == 0) return 31;
+    // Every span comes free once the loader has dropped the items.
+    if (!eventually([&] { return chunks->spans() == 0; })) return 32;
+    return chunks->arena().header().producer_spans.load() == 0 ? kProduced : 33;
+  });
+  ShmChannelOptions o = channel_options(4 << 20);
+  o.max_run_bytes = 64 << 10;  // large packets take several runs, each naming the chunk
+  o.data_bytes = 1 << 20;      // chunks over 256 KiB do not fit
+  auto ch = open_consumer(ends, o);
+  ASSERT_TRUE(ch);
+  uint64_t popped = 0, light = 0;
+  for (uint64_t i = 0; i < kPackets; ++i) {
+    Packet p;
+    auto more = ch->pop(&p);
+    ASSERT_TRUE(more.is_ok() && *more) << "packet " << i;
+    ASSERT_EQ(diff_packet(p, spec, i), "") << "packet " << i;
+    uint64_t payload = 0;
+    for (const auto& it : p.items)
+      for (const auto& f : it.fields) payload += f.size;
+    // A packet read into the data arena holds descriptors only in the run arena.
+    if (payload > (64u << 10) && ch->held_bytes() < payload / 4) ++light;
+    ++popped;
+  }
+  Packet end;
+  auto more = ch->pop(&end);
+  ASSERT_TRUE(more.is_ok());
+  EXPECT_FALSE(*more);
+  EXPECT_EQ(popped, kPackets);
+  EXPECT_GT(light, 20u) << "large packets should have crossed through the data arena";
+  EXPECT_EQ(ch->held_bytes(), 0u);
+  EXPECT_EQ(child.wait(20000), kProduced);
+}
+
+// The data arena goes back to its pool with the channel, as the run arena does, once the
+// producer finished with no chunk of it left; the next channel reuses both.
+TEST_F(ShmChannelTest, ConsecutiveChannelsReuseTheDataArenaToo) {
+  constexpr int kChannels = 3;
+  const auto spec = [](int c) { return StreamSpec{61u + c, 8, 8 << 10}; };
+  std::vector<Ends> ends(kChannels);
+  for (auto& e : ends) e = make_ends();
+  Child child = fork_child([&] {
+    AttachedArenas attached(4);
+    for (int c = 0; c < kChannels; ++c) {
+      ends[c].loader = UnixSocket();
+      auto producer = ShmProducer::connect(std::move(ends[c].worker), 10000, 20000, &attached);
+      if (!producer.is_ok()) return kNoConnect;
+      auto chunks = (*producer)->chunk_allocator();
+      if (!chunks) return 30;
+      int placed = 0, fell_back = 0;
+      for (uint64_t i = 0; i < 60; ++i)
+        if (!(*producer)
+                 ->push(in_one_chunk(make_packet(spec(c), i), *chunks, &placed, &fell_back))
+                 .is_ok())
+          return kPushFailed;
+      (*producer)->finish(Status::ok());
+      if (placed == 0) return 31;
+    }
+    return kProduced;
+  });
+  for (auto& e : ends) e.worker = UnixSocket();
+  ShmChannelOptions o = channel_options(1 << 20);
+  o.arenas = std::make_shared<ArenaPool>();
+  o.data_arenas = std::make_shared<ArenaPool>();
+  o.data_bytes = 2 << 20;
+  for (int c = 0; c < kChannels; ++c) {
+    auto ch = open_consumer(ends[c], o);
+    ASSERT_TRUE(ch);
+    uint64_t popped = 0;
+    Status s = drain_and_check(*ch, spec(c), &popped);
+    EXPECT_TRUE(s.is_ok()) << "channel " << c << ": " << s.to_string();
+    EXPECT_EQ(popped, 60u);
+    ch.reset();
+    // The producer drops its chunks as its pushes return, before it finishes.
+    EXPECT_EQ(o.data_arenas->idle(), 1u) << "channel " << c << " gave its data arena back";
+  }
+  EXPECT_EQ(o.data_arenas->reused(), uint64_t{kChannels - 1});
   EXPECT_EQ(child.wait(20000), kProduced);
 }
 
