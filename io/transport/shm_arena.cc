@@ -188,7 +188,7 @@ ArenaChunks::ArenaChunks(std::shared_ptr<ShmArena> arena)
 uint8_t* ArenaChunks::allocate(size_t bytes, std::shared_ptr<const void>* owner) {
   uint8_t* ring = arena_->writable_ring();
   // A chunk over a quarter of the ring would keep too much of it from the next ones.
-  if (ring == nullptr || bytes == 0 || bytes > ring_.capacity() / 4) return nullptr;
+  if (ring == nullptr || bytes == 0 || bytes > arena_->capacity() / 4) return nullptr;
   ArenaRing::Span span;
   uint32_t slot;
   {
