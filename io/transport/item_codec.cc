@@ -37,24 +37,24 @@ void put_str(std::string& out, std::string_view s) {
 
 namespace {
 
+// Whether field `f` (not empty) lies inside [data, data + size); *offset is then `base`
+// plus its place there.
+bool inside(const uint8_t* data, uint64_t size, uint64_t base, const Field& f, uint64_t* offset) {
+  const auto at = reinterpret_cast<uintptr_t>(f.data), from = reinterpret_cast<uintptr_t>(data);
+  if (f.size == 0 || at < from || f.size > size || at - from > size - f.size) return false;
+  *offset = base + (at - from);
+  return true;
+}
+
 // Whether plan_payload() names field `f` of an item owned by `file` by its file range.
 bool in_file(const FileBytes* file, const Field& f, uint64_t file_field_bytes, uint64_t* offset) {
-  if (file == nullptr || f.size == 0 || f.size < file_field_bytes) return false;
-  const auto at = reinterpret_cast<uintptr_t>(f.data),
-             from = reinterpret_cast<uintptr_t>(file->data);
-  if (at < from || f.size > file->size || at - from > file->size - f.size) return false;
-  *offset = file->offset + (at - from);
-  return true;
+  return file != nullptr && f.size >= file_field_bytes &&
+         inside(file->data, file->size, file->offset, f, offset);
 }
 
 // Whether plan_payload() names field `f` of an item owned by `chunk` by its arena place.
 bool in_arena(const ArenaBytes* chunk, const Field& f, uint64_t* offset) {
-  if (chunk == nullptr || f.size == 0) return false;
-  const auto at = reinterpret_cast<uintptr_t>(f.data),
-             from = reinterpret_cast<uintptr_t>(chunk->data);
-  if (at < from || f.size > chunk->size || at - from > chunk->size - f.size) return false;
-  *offset = chunk->offset + (at - from);
-  return true;
+  return chunk != nullptr && inside(chunk->data, chunk->size, chunk->offset, f, offset);
 }
 
 const ArenaBytes* chunk_of(const Item& item, const void* arena) {
