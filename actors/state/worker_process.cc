@@ -289,6 +289,12 @@ class ProcessRunner : public UnitRunner {
                   io::Channel& channel, UnitStats* stats,
                   std::shared_ptr<const std::string>* last_state, Status* error);
   Status start();
+  // The options of this worker's channels (the name aside).
+  io::ShmChannelOptions channel_options() const;
+  // Puts the arenas of the next channel in the pools when they are empty (a first start):
+  // made while the process starts, they are not made while the unit waits. A failure is
+  // left for the channel to say (it makes them again).
+  void stock_arenas();
   // Waits for the done frame of the unit just run; kClosed when the process died first.
   Result<io::UnixSocket::Received> await_done(int timeout_ms, Result<UnitStats>* done);
   std::string reap();  // waits for the process (SIGKILL after 5 s) and says how it ended
@@ -435,15 +441,8 @@ ProcessRunner::Outcome ProcessRunner::attempt(
   f.fds.clear();
   if (!sent) return Outcome::kDied;
 
-  io::ShmChannelOptions o;
+  io::ShmChannelOptions o = channel_options();
   o.name = rest->channel;
-  o.arena_bytes = launch_->arena_bytes();
-  o.segment.dir = launch_->options().shm_dir;
-  o.segment.size_option = "LoaderOptions::shm_arena_bytes (shardyard run --shm-arena-mb)";
-  o.files = launch_->file_ranges();
-  o.arenas = arenas_;
-  o.data_bytes = launch_->data_bytes();
-  o.data_arenas = data_arenas_;
   std::vector<io::ShmPeer> peers;
   peers.push_back(io::ShmPeer{std::move(out_ends->first), who()});
   auto consumer = io::ShmConsumer::open(std::move(peers), o);
@@ -632,6 +631,8 @@ Status ProcessRunner::start() {
     return failed(
         "closed its control socket before it took the job: does the program call "
         "shardyard::worker_main() at the top of main? (docs/worker-processes.md)");
+  // While the process loads and builds its job, make the arenas of its first channel.
+  stock_arenas();
   io::Frame answer;
   auto got = control_->receive(&answer, opt.start_timeout_ms);
   if (!got.is_ok()) return failed("sent a damaged frame: " + got.status().message());
@@ -646,6 +647,30 @@ Status ProcessRunner::start() {
   if (answer.type != kReadyFrame) return failed("answered its job with a frame of another type");
   if (stats_) stats_->set_detail("pid " + std::to_string(pid_));
   return Status::ok();
+}
+
+io::ShmChannelOptions ProcessRunner::channel_options() const {
+  io::ShmChannelOptions o;
+  o.arena_bytes = launch_->arena_bytes();
+  o.segment.dir = launch_->options().shm_dir;
+  o.segment.size_option = "LoaderOptions::shm_arena_bytes (shardyard run --shm-arena-mb)";
+  o.files = launch_->file_ranges();
+  o.arenas = arenas_;
+  o.data_bytes = launch_->data_bytes();
+  o.data_arenas = data_arenas_;
+  return o;
+}
+
+void ProcessRunner::stock_arenas() {
+  const io::ShmChannelOptions o = channel_options();
+  io::SegmentOptions seg = o.segment;
+  seg.what = "arena of " + who();
+  auto stock = [&](io::ArenaPool& pool, uint64_t bytes) {
+    if (bytes == 0 || pool.idle() > 0) return;
+    if (auto arena = io::ShmArena::create(bytes, seg); arena.is_ok()) pool.give_back(*arena);
+  };
+  stock(*arenas_, o.arena_bytes);
+  stock(*data_arenas_, o.data_bytes);
 }
 
 std::string ProcessRunner::reap() {

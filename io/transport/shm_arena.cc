@@ -80,9 +80,13 @@ Result<std::shared_ptr<ShmArena>> ShmArena::create(uint64_t capacity,
   std::shared_ptr<ShmArena> a(new ShmArena(std::move(segment), capacity));
   SY_ASSIGN_OR_RETURN(a->header_map_,
                       a->segment_.map(ShmSegment::Access::kReadWrite, 0, kArenaHeaderBytes));
-  // Every page of the ring is used on the first lap: map them all now, not one fault each.
+  // The ring's pages are mapped at their first touch, on both sides: the producer's first
+  // write to a page maps it there, a read fault here maps the pages around it that the
+  // producer wrote (fault-around). Mapping them all up front (MAP_POPULATE) cost a run of
+  // two workers some 60 ms of the loader's CPU before its first item, most of it for pages
+  // a short run never fills.
   SY_ASSIGN_OR_RETURN(a->ring_,
-                      a->segment_.map(ShmSegment::Access::kReadOnly, kArenaHeaderBytes, 0, true));
+                      a->segment_.map(ShmSegment::Access::kReadOnly, kArenaHeaderBytes, 0));
   a->header_ = new (a->header_map_->writable_data()) ArenaHeader{};
   a->header_->magic = kArenaMagic;
   a->header_->version = kArenaVersion;
@@ -101,7 +105,7 @@ Result<std::shared_ptr<ShmArena>> ShmArena::attach(UniqueFd fd, uint64_t capacit
   SY_ASSIGN_OR_RETURN(a->header_map_,
                       a->segment_.map(ShmSegment::Access::kReadWrite, 0, kArenaHeaderBytes));
   SY_ASSIGN_OR_RETURN(a->ring_,
-                      a->segment_.map(ShmSegment::Access::kReadWrite, kArenaHeaderBytes, 0, true));
+                      a->segment_.map(ShmSegment::Access::kReadWrite, kArenaHeaderBytes, 0));
   a->header_ = std::launder(reinterpret_cast<ArenaHeader*>(a->header_map_->writable_data()));
   if (a->header_->magic != kArenaMagic || a->header_->version != kArenaVersion ||
       a->header_->capacity != capacity)

@@ -141,16 +141,15 @@ Result<UniqueFd> ShmSegment::read_only_fd() const {
   return UniqueFd(fd);
 }
 
-Result<std::shared_ptr<ShmMapping>> ShmSegment::map(Access access, uint64_t offset, uint64_t length,
-                                                    bool populate) const {
+Result<std::shared_ptr<ShmMapping>> ShmSegment::map(Access access, uint64_t offset,
+                                                    uint64_t length) const {
   if (offset % page_size() != 0 || offset >= size_ || length > size_ - offset)
     return invalid_argument(what_ + ": cannot map bytes " + std::to_string(offset) + " + " +
                             std::to_string(length) + " of a segment of " + std::to_string(size_));
   if (length == 0) length = size_ - offset;
   const bool rw = access == Access::kReadWrite;
-  void* p =
-      ::mmap(nullptr, length, rw ? PROT_READ | PROT_WRITE : PROT_READ,
-             MAP_SHARED | (populate ? MAP_POPULATE : 0), fd_.get(), static_cast<off_t>(offset));
+  void* p = ::mmap(nullptr, length, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd_.get(),
+                   static_cast<off_t>(offset));
   if (p == MAP_FAILED)
     return io_error(what_ + ": cannot map " + format_bytes(length) +
                     (rw ? " read-write: " : " read-only: ") + errno_text(errno));

@@ -76,10 +76,10 @@ class ShmSegment {
   // only. (It guards against mistakes, not against a hostile process of the same user.)
   Result<UniqueFd> read_only_fd() const;
   // Maps [offset, offset + length) (length 0: to the end); offset is a multiple of the
-  // page size. Mapping a read-only descriptor kReadWrite is an error. `populate` maps every
-  // page now (MAP_POPULATE) instead of at its first touch: for memory that will all be used.
-  Result<std::shared_ptr<ShmMapping>> map(Access access, uint64_t offset = 0, uint64_t length = 0,
-                                          bool populate = false) const;
+  // page size. Mapping a read-only descriptor kReadWrite is an error. Pages are mapped at
+  // their first touch.
+  Result<std::shared_ptr<ShmMapping>> map(Access access, uint64_t offset = 0,
+                                          uint64_t length = 0) const;
 
  private:
   ShmSegment(UniqueFd fd, uint64_t size, std::string what, std::string backing)
