@@ -666,11 +666,14 @@ void ProcessRunner::stock_arenas() {
   io::SegmentOptions seg = o.segment;
   seg.what = "arena of " + who();
   auto stock = [&](io::ArenaPool& pool, uint64_t bytes) {
-    if (bytes == 0 || pool.idle() > 0) return;
-    if (auto arena = io::ShmArena::create(bytes, seg); arena.is_ok()) pool.give_back(*arena);
+    if (pool.idle() > 0) return true;
+    auto arena = io::ShmArena::create(bytes, seg);
+    if (arena.is_ok()) pool.give_back(*arena);
+    return arena.is_ok();
   };
-  stock(*arenas_, o.arena_bytes);
-  stock(*data_arenas_, o.data_bytes);
+  // The optional data arena only after the channel's own arena, as the channel makes them:
+  // it must not take the room the other one needs.
+  if (stock(*arenas_, o.arena_bytes) && o.data_bytes > 0) stock(*data_arenas_, o.data_bytes);
 }
 
 std::string ProcessRunner::reap() {
