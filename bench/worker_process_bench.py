@@ -15,7 +15,9 @@ inproc` on the same data in one run (docs/worker-processes.md).
      most 1.1x W=1 (each loaded shard is one read-only image that every worker process
      maps).
 
-Interleaved reps (rep 1 of every configuration, then rep 2, ...), medians. Before every run
+Interleaved reps (rep 1 of every configuration, then rep 2, ...), medians, and the lowest and
+highest ratio of one rep to the other configuration's same rep (they ran back to back, so
+the spread shows how much the machine moved the ratio). Before every run
 the script waits (at most --quiet-max-wait s) until other processes use fewer than
 --quiet-cores cores. Prints Markdown; --write-doc puts it between the worker_process_bench
 markers of docs/performance.md.
@@ -97,6 +99,13 @@ def med(rows, key):
     return statistics.median(r[key] for r in rows)
 
 
+def spread(num, den, key):
+    """The lowest and highest ratio num[i] / den[i] over the reps: rep i of both ran back to
+    back, so each ratio compares runs under the same conditions of the machine."""
+    ratios = [a[key] / b[key] for a, b in zip(num, den)]
+    return min(ratios), max(ratios)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardyard", required=True)
@@ -124,13 +133,13 @@ def main():
         inp, loc = runs["inproc"], runs["local"]
         rows.append((shape, med(inp, "samples_per_s"), med(loc, "samples_per_s"),
                      med(inp, "mb_per_s"), med(loc, "mb_per_s"), med(inp, "cpu_seconds"),
-                     med(loc, "cpu_seconds")))
+                     med(loc, "cpu_seconds"), spread(loc, inp, "samples_per_s")))
     lines.append("| set | inproc samples/s | local samples/s | inproc MB/s | local MB/s | "
-                 "local / inproc | CPU s inproc / local |")
-    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for shape, si, sl, mi, ml, ci, cl in rows:
+                 "local / inproc | per rep | CPU s inproc / local |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for shape, si, sl, mi, ml, ci, cl, (lo, hi) in rows:
         lines.append(f"| {shape} | {si:,.0f} | {sl:,.0f} | {mi:,.0f} | {ml:,.0f} | "
-                     f"**{sl / si:.2f}** | {ci:.2f} / {cl:.2f} |")
+                     f"**{sl / si:.2f}** | {lo:.2f}-{hi:.2f} | {ci:.2f} / {cl:.2f} |")
     # 2. broadcast PSS
     series = ensure_series(os.path.join(args.data_dir, "series64"))
     pattern = os.path.join(args.data_dir, "series64", "series-{0..3}.bin")
@@ -147,10 +156,12 @@ def main():
     for w in ("W=1", "W=4"):
         lines.append(f"| {w} | {med(runs[w], 'peak_tree_pss_kb') / 1024:,.0f} MiB | "
                      f"{med(runs[w], 'samples_per_s'):,.0f} |")
-    lines.append(f"| W=4 / W=1 | **{p4 / p1:.3f}** | |")
+    lo, hi = spread(runs["W=4"], runs["W=1"], "peak_tree_pss_kb")
+    lines.append(f"| W=4 / W=1 | **{p4 / p1:.3f}** (per rep {lo:.3f}-{hi:.3f}) | |")
     lines.append("")
     lines.append(f"Medians of {args.reps} interleaved reps on {rb.cpu_model()} "
-                 f"({os.cpu_count()} cores). Commands:")
+                 f"({os.cpu_count()} cores); \"per rep\": the lowest and highest ratio of rep i "
+                 "of one configuration to rep i of the other, which ran back to back. Commands:")
     lines.append("")
     lines.append("```sh")
     for c in commands:
