@@ -106,11 +106,23 @@ struct ShmConsumer::Impl {
   Status take_run(const std::shared_ptr<Link>& l, const RunFrame& r) {
     Packet& p = l->partial;
     if (r.bytes > 0) {
+      bool moved = false;
       {
         std::lock_guard<std::mutex> lock(l->mu);
+        const uint64_t before = l->releases.released();
         Status s = l->releases.add(r.start, r.bytes);
         if (!s.is_ok()) return corrupt(l->who() + ": " + s.message());
+        // A run that wrapped to the ring's start moves the released position past the
+        // skipped bytes at the end: publish it now, or the producer counts them as held
+        // until this run is dropped, and may wait for it while the loader waits for the
+        // producer's next run.
+        const uint64_t now = l->releases.released();
+        if (now != before) {
+          l->arena->header().released.store(now);
+          moved = true;
+        }
       }
+      if (moved) l->credit();
       if (!r.arena_slots.empty() && !l->data)
         return corrupt(l->who() + ": a run names spans of a data arena it was not given");
       auto lease = std::make_shared<RunLease>(l, r.start, r.arena_slots);

@@ -587,6 +587,50 @@ TEST_F(ShmChannelTest, LargeFieldsOfAFileCrossAsRangesTheLoaderMaps) {
   }
 }
 
+// A run that wraps to the ring's start skips the bytes at its end. The loader holds that run
+// while the producer places the next one, larger than half the ring: it fits before the
+// held run comes round again, so the producer must not wait for the loader to drop it
+// (the loader, building a batch, may need the next run's items first). The loader publishes
+// where the held run starts when it takes it, not only when it frees a run.
+TEST_F(ShmChannelTest, ARunAfterAWrapFindsTheRoomTheSkippedBytesLeft) {
+  constexpr uint64_t kArena = 256 << 10;
+  const std::vector<size_t> sizes = {150000, 120000, 130000};  // the second one wraps
+  Ends ends = make_ends();
+  Child child = fork_with_producer(ends, [&](ShmProducer& producer) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Packet p;
+      p.items.emplace_back();
+      p.items.back().key = "k" + std::to_string(i);
+      p.items.back().set_field("bin", std::string(sizes[i], static_cast<char>('a' + i)));
+      if (!producer.push(std::move(p)).is_ok()) return kPushFailed;
+    }
+    producer.finish(Status::ok());
+    return kProduced;
+  });
+  ShmChannelOptions o = channel_options(kArena);
+  o.wait_timeout_ms = 5000;  // a pop that waits this long means the producer is stuck
+  auto ch = open_consumer(ends, o);
+  ASSERT_TRUE(ch);
+  std::vector<Packet> got(sizes.size());
+  ASSERT_TRUE(ch->pop(&got[0]).is_ok());
+  got[0] = Packet();  // frees the first run: the second one wraps to the ring's start
+  ASSERT_TRUE(ch->pop(&got[1]).is_ok());  // held from here on
+  auto third = ch->pop(&got[2]);
+  ASSERT_TRUE(third.is_ok()) << third.status().to_string();
+  ASSERT_TRUE(*third);
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    ASSERT_EQ(got[i].items.size(), 1u);
+    EXPECT_EQ(got[i].items[0].fields.at(0).view(),
+              std::string(sizes[i], static_cast<char>('a' + i)));
+  }
+  got.clear();
+  Packet end;
+  auto more = ch->pop(&end);
+  ASSERT_TRUE(more.is_ok()) << more.status().to_string();
+  EXPECT_FALSE(*more);
+  EXPECT_EQ(child.wait(20000), kProduced);
+}
+
 TEST_F(ShmChannelTest, APacketThatCanNeverFitIsAnErrorNotAWait) {
   Ends ends = make_ends();
   SharedCounter code;
