@@ -56,16 +56,27 @@ struct Link {
   void credit() {
     if (arena->header().producer_waiting.load() != 0) (void)socket.send_now({kCredit, {}, {}});
   }
-  void release(uint64_t start) {
+  // Applies `change` to `releases` and publishes the released position when it moved,
+  // then wakes the producer. Under the lock: two changes on two threads must not publish
+  // out of order.
+  template <typename Change>
+  Status update_releases(Change change) {
     {
       std::lock_guard<std::mutex> lock(mu);
       const uint64_t before = releases.released();
-      const uint64_t now = releases.release(start);
-      if (now == before) return;
-      // Under the lock: two releases on two threads must not publish out of order.
+      SY_RETURN_IF_ERROR(change());
+      const uint64_t now = releases.released();
+      if (now == before) return Status::ok();
       arena->header().released.store(now);
     }
     credit();
+    return Status::ok();
+  }
+  void release(uint64_t start) {
+    (void)update_releases([&] {
+      releases.release(start);
+      return Status::ok();
+    });
   }
 };
 
@@ -106,23 +117,12 @@ struct ShmConsumer::Impl {
   Status take_run(const std::shared_ptr<Link>& l, const RunFrame& r) {
     Packet& p = l->partial;
     if (r.bytes > 0) {
-      bool moved = false;
-      {
-        std::lock_guard<std::mutex> lock(l->mu);
-        const uint64_t before = l->releases.released();
-        Status s = l->releases.add(r.start, r.bytes);
-        if (!s.is_ok()) return corrupt(l->who() + ": " + s.message());
-        // A run that wrapped to the ring's start moves the released position past the
-        // skipped bytes at the end: publish it now, or the producer counts them as held
-        // until this run is dropped, and may wait for it while the loader waits for the
-        // producer's next run.
-        const uint64_t now = l->releases.released();
-        if (now != before) {
-          l->arena->header().released.store(now);
-          moved = true;
-        }
-      }
-      if (moved) l->credit();
+      // A run that wrapped to the ring's start moves the released position past the skipped
+      // bytes at the end: it is published now, or the producer counts them as held until
+      // this run is dropped, and may wait for it while the loader waits for the producer's
+      // next run.
+      Status added = l->update_releases([&] { return l->releases.add(r.start, r.bytes); });
+      if (!added.is_ok()) return corrupt(l->who() + ": " + added.message());
       if (!r.arena_slots.empty() && !l->data)
         return corrupt(l->who() + ": a run names spans of a data arena it was not given");
       auto lease = std::make_shared<RunLease>(l, r.start, r.arena_slots);
