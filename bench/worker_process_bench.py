@@ -11,7 +11,7 @@ inproc` on the same data in one run (docs/worker-processes.md).
   2. Broadcast memory across processes. 4 record sources of 64 MiB (64-byte records),
      windows 168:24, `--dispatch broadcast --prefetch-sources 1`, batch 256, 2 epochs, at
      W = 1 and W = 4 with --placement local: the peak proportional set size (PSS,
-     /proc/PID/smaps_rollup) of the whole process tree, sampled every 50 ms. Target: W=4 at
+     /proc/PID/smaps_rollup) of the whole process tree, sampled every --pss-interval s (50 ms). Target: W=4 at
      most 1.1x W=1 (each loaded shard is one read-only image that every worker process
      maps).
 
@@ -69,7 +69,7 @@ def run_one(cmd, files, args, pss=False):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = None
     if pss:
-        sampler = rb.PssSampler(p.pid, 0.05)
+        sampler = rb.PssSampler(p.pid, args.pss_interval)
         sampler.start()
     out, err = p.communicate(timeout=900)
     if sampler:
@@ -113,6 +113,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quiet-max-wait", type=float, default=30)
     ap.add_argument("--quiet-cores", type=float, default=0.5)
+    # Seconds between two samples of the tree's PSS: a longer interval misses short peaks
+    # (a loaded image freed while the next is made), a shorter one costs the run more CPU.
+    ap.add_argument("--pss-interval", type=float, default=0.05)
     ap.add_argument("--write-doc", action="store_true")
     args = ap.parse_args()
     sy = os.path.abspath(args.shardyard)
@@ -160,7 +163,8 @@ def main():
     lines.append(f"| W=4 / W=1 | **{p4 / p1:.3f}** (per rep {lo:.3f}-{hi:.3f}) | |")
     lines.append("")
     lines.append(f"Medians of {args.reps} interleaved reps on {rb.cpu_model()} "
-                 f"({os.cpu_count()} cores); \"per rep\": the lowest and highest ratio of rep i "
+                 f"({os.cpu_count()} cores), PSS sampled every {args.pss_interval * 1000:.0f} ms; "
+                 "\"per rep\": the lowest and highest ratio of rep i "
                  "of one configuration to rep i of the other, which ran back to back. Commands:")
     lines.append("")
     lines.append("```sh")
