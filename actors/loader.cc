@@ -67,10 +67,15 @@ struct Loader::Epoch {
       if (!got.is_ok()) {
         out = got.status();
       } else if (*got) {
-        out = std::optional<Batch>(build(items, step));
+        Result<Batch> built = build(items, step);
+        if (built.is_ok()) {
+          out = std::optional<Batch>(std::move(built).value());
+        } else {
+          out = built.status();
+        }
         items.clear();
       }
-      bool last = !got.is_ok() || !*got;
+      bool last = !got.is_ok() || !*got || !out.is_ok();
       {
         MutexLock lock(&mu);
         --building;
@@ -84,7 +89,7 @@ struct Loader::Epoch {
     }
   }
 
-  Batch build(std::vector<Item>& items, uint64_t step) const {
+  Result<Batch> build(std::vector<Item>& items, uint64_t step) const {
     return columns ? build_batch(items, epoch, step, rank, *columns) : merger->build(items, step);
   }
 
@@ -100,7 +105,8 @@ struct Loader::Epoch {
         MutexLock lock(&mu);
         ++taken_step;
       }
-      return std::optional<Batch>(build(items, step));
+      SY_ASSIGN_OR_RETURN(Batch b, build(items, step));
+      return std::optional<Batch>(std::move(b));
     }
     Result<std::optional<Batch>> b = std::optional<Batch>();
     {

@@ -77,7 +77,7 @@ void run(benchmark::State& state, size_t payload, size_t pool_cache_bytes) {
     state.PauseTiming();
     for (size_t i = 0; i < kBatch; ++i) items[i].key = c.keys[i];
     state.ResumeTiming();
-    Batch b = build_batch(items, 0, 0, 0, *pool);
+    Batch b = build_batch(items, 0, 0, 0, *pool).value();
     benchmark::DoNotOptimize(b.columns().data());
     // the batch (and its column buffers) dies here, as when the trainer drops it
   }

@@ -113,7 +113,7 @@ std::vector<Batch> make_batches(BufferPool& pool, size_t count, size_t columns, 
       std::memset(payload.data(), static_cast<int>(b * 31 + i), payload.size());
       for (size_t c = 0; c < columns; ++c) its[i].set_field("c" + std::to_string(c), payload);
     }
-    out.push_back(build_batch(its, 0, b, 0, pool));
+    out.push_back(build_batch(its, 0, b, 0, pool).value());
   }
   return out;
 }

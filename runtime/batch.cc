@@ -26,8 +26,24 @@ uint64_t Batch::payload_bytes() const {
   return n;
 }
 
-Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
-                  BufferPool& pool) {
+namespace {
+
+// Reads item's unread field f into dst.
+Status read_unread(const Item& item, const Field& f, uint8_t* dst) {
+  const FileReader* reader = unread_reader(item);
+  if (reader == nullptr)
+    return internal_error("item '" + item.key + "': field '" + f.name +
+                          "' was not read and its item has no reader for it");
+  Status st = reader->read(f.file_offset, dst, f.size);
+  if (!st.is_ok())
+    return Status(st.code(), "item '" + item.key + "', field '" + f.name + "': " + st.message());
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Batch> build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
+                          BufferPool& pool) {
   Batch b;
   b.epoch_ = epoch;
   b.step_ = step;
@@ -79,7 +95,11 @@ Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint3
       const Field* f = uniform ? &it.fields[k] : it.field(col.name);
       uint64_t at = col.offsets[i];
       if (f != nullptr) {
-        if (f->size > 0) std::memcpy(col.buffer->data() + at, f->data, f->size);
+        if (f->unread()) {
+          SY_RETURN_IF_ERROR(read_unread(it, *f, col.buffer->data() + at));
+        } else if (f->size > 0) {
+          std::memcpy(col.buffer->data() + at, f->data, f->size);
+        }
         at += f->size;
         if (!uniform) col.present[i] = true;
       }

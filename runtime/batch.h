@@ -19,6 +19,7 @@
 
 #include "runtime/buffer.h"
 #include "runtime/item.h"
+#include "runtime/status.h"
 
 namespace shardyard {
 
@@ -62,8 +63,8 @@ class Batch {
   void set_device(std::shared_ptr<const BatchAttachment> d) { device_ = std::move(d); }
 
  private:
-  friend Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
-                           BufferPool& pool);
+  friend Result<Batch> build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step,
+                                   uint32_t rank, BufferPool& pool);
   uint32_t epoch_ = 0;
   uint64_t step_ = 0;
   uint32_t rank_ = 0;
@@ -73,9 +74,11 @@ class Batch {
   std::shared_ptr<const BatchAttachment> device_;
 };
 
-// Collates items (in order) into a batch: one copy of each payload into its column. The
-// items are left without keys (moved out) and should be dropped afterwards.
-Batch build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
-                  BufferPool& pool);
+// Collates items (in order) into a batch: one copy of each payload into its column; an
+// unread field (Field::unread()) is read from its file straight into its place there. The
+// items are left without keys (moved out) and should be dropped afterwards. Fails only when
+// an unread field cannot be read (the reader's error, naming the item).
+Result<Batch> build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
+                          BufferPool& pool);
 
 }  // namespace shardyard

@@ -16,15 +16,22 @@ uint64_t Item::payload_bytes() const {
   return n;
 }
 
-void Item::set_field_view(std::string name, const uint8_t* data, size_t size) {
-  auto it = std::lower_bound(fields.begin(), fields.end(), name,
-                             [](const Field& f, const std::string& n) { return f.name < n; });
-  if (it != fields.end() && it->name == name) {
-    it->data = data;
-    it->size = size;
-  } else {
-    fields.insert(it, Field{std::move(name), data, size});
+void Item::put_field(Field field) {
+  if (fields.empty() || fields.back().name < field.name) {  // members usually come in order
+    fields.push_back(std::move(field));
+    return;
   }
+  auto it = std::lower_bound(fields.begin(), fields.end(), field.name,
+                             [](const Field& f, const std::string& n) { return f.name < n; });
+  if (it != fields.end() && it->name == field.name) {
+    *it = std::move(field);
+  } else {
+    fields.insert(it, std::move(field));
+  }
+}
+
+void Item::set_field_view(std::string name, const uint8_t* data, size_t size) {
+  put_field(Field{std::move(name), data, size, 0});
 }
 
 void Item::set_field(std::string name, std::string bytes) {
@@ -63,6 +70,14 @@ const FileBytes* file_bytes_of(const std::shared_ptr<const void>& owner) {
   if (owner == nullptr) return nullptr;
   const auto* d = std::get_deleter<FileBytesDeleter>(owner);
   return d == nullptr ? nullptr : d->self;
+}
+
+const FileReader* unread_reader(const Item& item) {
+  if (const FileBytes* f = file_bytes_of(item.owner); f != nullptr && f->reader)
+    return f->reader.get();
+  for (const auto& o : item.owners)
+    if (const FileBytes* f = file_bytes_of(o); f != nullptr && f->reader) return f->reader.get();
+  return nullptr;
 }
 
 }  // namespace shardyard

@@ -53,9 +53,10 @@ class RenameStage : public Stage {
   Status process(Item& item, StageContext&) override {
     const Field* f = item.field(from_);
     if (f == nullptr) return Status::ok();
-    Field copy = *f;
+    Field moved = *f;  // views or names the same bytes (unread ones too) under the new name
     item.remove_field(from_);
-    item.set_field_view(to_, copy.data, copy.size);
+    moved.name = to_;
+    item.put_field(std::move(moved));
     return Status::ok();
   }
 
@@ -174,6 +175,7 @@ StageRegistry::StageRegistry() {
     SY_ASSIGN_OR_RETURN(auto to, require(p, "rename_field", "to"));
     return std::unique_ptr<Stage>(new RenameStage(from, to));
   };
+  blind_ = {"select_fields", "drop_fields", "count", "sleep", "rename_field"};
 }
 
 StageRegistry& StageRegistry::global() {
@@ -181,11 +183,27 @@ StageRegistry& StageRegistry::global() {
   return registry;
 }
 
-Status StageRegistry::add(const std::string& type, StageFactory factory) {
+Status StageRegistry::add(const std::string& type, StageFactory factory, bool reads_bytes) {
   if (type.empty() || !factory) return invalid_argument("a stage type needs a name and a factory");
   std::lock_guard<std::mutex> lock(mu_);
   factories_[type] = std::move(factory);
+  if (reads_bytes) {
+    blind_.erase(type);
+  } else {
+    blind_.insert(type);
+  }
   return Status::ok();
+}
+
+bool StageRegistry::reads_bytes(const std::string& type) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return blind_.count(type) == 0;
+}
+
+bool spec_reads_bytes(const Spec& spec) {
+  for (const auto& s : spec.stages())
+    if (StageRegistry::global().reads_bytes(s.type)) return true;
+  return false;
 }
 
 bool StageRegistry::contains(const std::string& type) const {

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -138,18 +139,30 @@ StageFactory map_stage(MapFn fn);
 // "rename_field" (from=x, to=y), "count" (field=seq: numbers the items an instance sees;
 // stateful), "sleep" (us=N: waits N microseconds per item, a stand-in for a costly
 // transform).
+//
+// A stage type that never reads the bytes of the fields it gets (it keeps, drops, renames or
+// adds fields, or only looks at keys) is registered with reads_bytes = false, as the
+// built-ins are: a job whose stages are all such types leaves large members of local tar
+// shards unread until the batch is built, and reads them straight into their columns
+// (Field::unread()). A stage registered as reading bytes never sees an unread field.
 class StageRegistry {
  public:
   static StageRegistry& global();
-  Status add(const std::string& type, StageFactory factory);
+  Status add(const std::string& type, StageFactory factory, bool reads_bytes = true);
   Result<std::unique_ptr<Stage>> make(const StageSpec& spec) const;
   bool contains(const std::string& type) const;
+  // False only for a type registered with reads_bytes = false (true for unknown ones).
+  bool reads_bytes(const std::string& type) const;
 
  private:
   StageRegistry();
   mutable std::mutex mu_;
   std::map<std::string, StageFactory> factories_;  // guarded by mu_
+  std::set<std::string> blind_;                    // guarded by mu_: reads_bytes() false
 };
+
+// Whether any stage of `spec` reads field bytes (StageRegistry::reads_bytes).
+bool spec_reads_bytes(const Spec& spec);
 
 // Builds every stage of a spec, failing on the first unknown type or bad parameter.
 Result<std::vector<std::unique_ptr<Stage>>> build_pipeline(const Spec& spec);

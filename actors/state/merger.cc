@@ -162,7 +162,7 @@ Result<bool> RankMerger::take_step(std::vector<Item>* items, uint64_t* step,
   return true;
 }
 
-Batch RankMerger::build(std::vector<Item>& items, uint64_t step) const {
+Result<Batch> RankMerger::build(std::vector<Item>& items, uint64_t step) const {
   return build_batch(items, ticket_.epoch, step, rank_, *job_->pool);
 }
 
@@ -171,7 +171,8 @@ Result<std::optional<Batch>> RankMerger::next(StepProgress* progress) {
   uint64_t step = 0;
   SY_ASSIGN_OR_RETURN(bool got, take_step(&items, &step, progress));
   if (!got) return std::optional<Batch>();
-  return std::optional<Batch>(build(items, step));
+  SY_ASSIGN_OR_RETURN(Batch b, build(items, step));
+  return std::optional<Batch>(std::move(b));
 }
 
 Status RankMerger::check_drained() {

@@ -79,8 +79,9 @@ class RankMerger {
   // the step consumes.
   Result<bool> take_step(std::vector<Item>* items, uint64_t* step,
                          StepProgress* progress = nullptr);
-  // Collates a step's items (one copy of each payload). Safe to call concurrently.
-  Batch build(std::vector<Item>& items, uint64_t step) const;
+  // Collates a step's items (one copy of each payload; unread fields are read into their
+  // columns, which can fail). Safe to call concurrently.
+  Result<Batch> build(std::vector<Item>& items, uint64_t step) const;
   // take_step() then build(): the next batch of the epoch, or nullopt after the last one.
   Result<std::optional<Batch>> next(StepProgress* progress = nullptr);
   void cancel();

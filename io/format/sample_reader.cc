@@ -1,16 +1,44 @@
 #include "io/format/sample_reader.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "io/format/gzip.h"
 #include "io/format/tar.h"
 #include "io/fs/mapping_guard.h"
+#include "io/fs/uri.h"
 #include "runtime/window.h"
 
 namespace shardyard::io {
 
 struct SampleReader::GzCursor {
   std::unique_ptr<ByteStream> stream;
+};
+
+// The members of a run read beside its unread ones, copied out of the walk's window into
+// blocks that never move (a run's items view them).
+class SampleReader::SmallBytes {
+ public:
+  const uint8_t* add(const uint8_t* data, size_t n) {
+    if (n == 0) return data;
+    if (left_ < n) {
+      const size_t cap = std::max(n, kBlock);
+      blocks_.emplace_back(new uint8_t[cap]);  // not zeroed: only what is copied is touched
+      next_ = blocks_.back().get();
+      left_ = cap;
+    }
+    std::memcpy(next_, data, n);
+    const uint8_t* at = next_;
+    next_ += n;
+    left_ -= n;
+    return at;
+  }
+
+ private:
+  static constexpr size_t kBlock = 16 << 10;
+  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  uint8_t* next_ = nullptr;
+  size_t left_ = 0;
 };
 
 namespace {
@@ -33,6 +61,35 @@ Status changed_error(const std::string& uri, const std::string& what) {
                  "; rebuild the manifest (shardyard manifest build --source ..., or run with "
                  "--no-cache) or restore the shard");
 }
+
+// After a short read of a file source: "changed" when the file's size is not the
+// manifest's any more (it is not "truncated": it is another file now), else OK.
+Status size_changed(FileSystem& fs, const std::string& uri, uint64_t manifest_bytes) {
+  auto info = fs.stat(uri);
+  if (info.is_ok() && info->size != manifest_bytes)
+    return changed_error(uri, "it is now " + std::to_string(info->size) +
+                                  " bytes, the manifest has " + std::to_string(manifest_bytes));
+  return Status::ok();
+}
+
+class SourceFileReader final : public FileReader {
+ public:
+  SourceFileReader(FileSystem& fs, std::shared_ptr<RandomAccessFile> file, const SourceEntry& src)
+      : fs_(fs), file_(std::move(file)), uri_(src.uri), size_bytes_(src.size_bytes) {}
+  // Positioned reads (a local file's pread) are safe from several threads at once.
+  Status read(uint64_t offset, uint8_t* dst, size_t n) const override {
+    Status st = read_exact(*file_, offset, dst, n);
+    if (st.is_ok()) return st;
+    if (Status changed = size_changed(fs_, uri_, size_bytes_); !changed.is_ok()) return changed;
+    return st;
+  }
+
+ private:
+  FileSystem& fs_;
+  const std::shared_ptr<RandomAccessFile> file_;
+  const std::string uri_;
+  const uint64_t size_bytes_;
+};
 
 // What one sample occupies when read: its members with their headers, or its files.
 uint64_t sample_bytes(const SourceEntry& src, const SampleEntry& e) {
@@ -61,6 +118,12 @@ Status check_samples(const SourceEntry& src, uint64_t first, uint64_t last, uint
 }
 
 }  // namespace
+
+std::shared_ptr<const FileReader> source_file_reader(FileSystem& fs,
+                                                     std::shared_ptr<RandomAccessFile> file,
+                                                     const SourceEntry& src) {
+  return std::make_shared<SourceFileReader>(fs, std::move(file), src);
+}
 
 Status check_sample_bytes(const Manifest& manifest, uint64_t max_sample_bytes) {
   if (manifest.windows.enabled()) return check_windows(manifest, max_sample_bytes);
@@ -126,10 +189,9 @@ Status SampleReader::check_sizes(uint32_t source, uint64_t first, uint64_t last)
 Status SampleReader::changed(uint32_t source, const Status& st) {
   if (Status fault = mapping_fault(); !fault.is_ok()) return fault;
   const auto& src = manifest_->sources[source];
-  auto info = fs_.stat(src.uri);
-  if (info.is_ok() && src.kind != SourceKind::kDirectory && info->size != src.size_bytes)
-    return changed_error(src.uri, "it is now " + std::to_string(info->size) +
-                                      " bytes, the manifest has " + std::to_string(src.size_bytes));
+  if (src.kind != SourceKind::kDirectory)
+    if (Status changed = size_changed(fs_, src.uri, src.size_bytes); !changed.is_ok())
+      return changed;
   if (st.code() != StatusCode::kCorrupt) return st;
   return Status(st.code(), st.message() + " (changed since its manifest was built?)");
 }
@@ -161,6 +223,9 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   const auto& src = manifest_->sources[source];
   const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
   SY_ASSIGN_OR_RETURN(auto f, file(source));
+  if (unread_bytes_ > 0 && src.kind == SourceKind::kTar && !is_remote_uri(src.uri) &&
+      end - begin >= unread_bytes_ * (last - first))
+    return read_tar_unread(source, f, first, last, id, out);
   if (src.kind == SourceKind::kTar && end - begin >= map_threshold_) {
     auto mapped = f->map(begin, end - begin);
     if (!mapped.is_ok()) return changed(source, mapped.status());
@@ -168,8 +233,9 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
       bytes_read_ += end - begin;
       const auto& m = **mapped;
       // The items' owner says where the bytes lie in the file (runtime/item.h FileBytes).
-      auto owner = file_bytes_owner(FileBytes{*mapped, m.data(), m.size(), source, begin});
-      return parse(source, m.data(), m.size(), std::move(owner), begin, first, last, id, out);
+      auto owner = file_bytes_owner(FileBytes{*mapped, m.data(), m.size(), source, begin, {}});
+      return parse_buffer(source, m.data(), m.size(), std::move(owner), begin, first, last, id,
+                          out);
     }
   }
   const size_t size = static_cast<size_t>(end - begin);
@@ -191,7 +257,42 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
     if (!st.is_ok()) return changed(source, st);
   }
   bytes_read_ += size;
-  return parse(source, data, size, std::move(owner), begin, first, last, id, out);
+  return parse_buffer(source, data, size, std::move(owner), begin, first, last, id, out);
+}
+
+Status SampleReader::parse_buffer(uint32_t source, const uint8_t* data, size_t size,
+                                  std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
+                                  uint64_t last, uint64_t id, std::vector<Item>* out) {
+  const std::string& uri = manifest_->sources[source].uri;
+  return parse(
+      source,
+      [&](const TarPayloadFn& on_entry) {
+        return parse_tar_buffer(data, size, base, uri, on_entry);
+      },
+      base + size, std::move(owner), first, last, id, out);
+}
+
+// Large members are left where they are: headers and small members come in with small
+// positioned reads (walk_tar_range), the rest becomes unread fields.
+Status SampleReader::read_tar_unread(uint32_t source, const std::shared_ptr<RandomAccessFile>& f,
+                                     uint64_t first, uint64_t last, uint64_t id,
+                                     std::vector<Item>* out) {
+  const auto& src = manifest_->sources[source];
+  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  auto small = std::make_shared<SmallBytes>();
+  FileBytes file;
+  file.keep = small;
+  file.source = source;
+  file.reader = source_file_reader(fs_, f, src);
+  const FileReader& reader = *file.reader;
+  Status st = parse(
+      source,
+      [&](const TarPayloadFn& on_entry) {
+        return walk_tar_range(reader, begin, end, src.uri, unread_bytes_, on_entry);
+      },
+      end, file_bytes_owner(std::move(file)), first, last, id, out, small.get());
+  if (st.is_ok()) bytes_read_ += end - begin;
+  return st;
 }
 
 namespace {
@@ -200,15 +301,6 @@ namespace {
 constexpr const char* kChangedSinceManifest =
     " (the shard changed since its manifest was built: rebuild the manifest with `shardyard "
     "manifest build` and the same --source, or run with --no-cache)";
-
-// Members usually arrive in name order; insert sorted otherwise.
-void add_field(Item* item, std::string name, const uint8_t* data, uint64_t size) {
-  if (item->fields.empty() || item->fields.back().name < name) {
-    item->fields.push_back(Field{std::move(name), data, static_cast<size_t>(size)});
-  } else {
-    item->set_field_view(std::move(name), data, static_cast<size_t>(size));
-  }
-}
 
 }  // namespace
 
@@ -234,10 +326,20 @@ Status SampleReader::inflate_range(uint32_t source, const std::shared_ptr<Random
   return Status::ok();
 }
 
-Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
-                           std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
-                           uint64_t last, uint64_t id, std::vector<Item>* out) {
+Status SampleReader::parse(uint32_t source, const std::function<Status(const TarPayloadFn&)>& walk,
+                           uint64_t end, std::shared_ptr<const void> owner, uint64_t first,
+                           uint64_t last, uint64_t id, std::vector<Item>* out, SmallBytes* small) {
   const auto& src = manifest_->sources[source];
+  // A member's field: a view of its payload (copied to `small` when given), or unread.
+  auto add_field = [small](Item* item, std::string name, const TarEntry& e,
+                           const uint8_t* payload) {
+    const size_t size = static_cast<size_t>(e.size);
+    if (payload == nullptr && size > 0) {
+      item->put_field(Field{std::move(name), nullptr, size, e.data_offset});
+    } else {
+      item->put_field(Field{std::move(name), small ? small->add(payload, size) : payload, size, 0});
+    }
+  };
   uint64_t sample = first;
   Item* cur = nullptr;
   uint64_t cur_end = 0;  // where the current sample's byte range ends
@@ -247,47 +349,44 @@ Status SampleReader::parse(uint32_t source, const uint8_t* data, size_t size,
     return corrupt(src.uri + " at byte " + std::to_string(offset) + ": " + what +
                    kChangedSinceManifest);
   };
-  Status parsed = parse_tar_buffer(
-      data, size, base, src.uri, [&](const TarEntry& e, const uint8_t* payload) -> Status {
-        if (cur != nullptr && e.start_offset < cur_end) {
-          // Inside the current sample: members WebDataset's rule skips may lie between
-          // its members (a directory entry, a README); every other one has its key.
-          if (!e.regular) return Status::ok();
-          auto kf = split_key(e.path);
-          if (!kf) return Status::ok();
-          if (kf->key != cur->key || e.sparse)
-            return mismatch(e.start_offset,
-                            "member '" + e.path + "' inside sample '" + cur->key + "'");
-          add_field(cur, std::move(kf->field), payload, e.size);
-          return Status::ok();
-        }
-        // Between samples lie the members in no sample of the manifest: skipped ones, and
-        // a sample dropped as damaged under --on-corrupt skip.
-        if (sample >= last) return mismatch(e.start_offset, "more samples than expected");
-        const auto& want = src.samples[sample];
-        if (e.start_offset < want.begin) return Status::ok();
-        auto kf = e.regular && !e.sparse ? split_key(e.path) : std::nullopt;
-        if (e.start_offset != want.begin || !kf || kf->key != want.key)
-          return mismatch(e.start_offset, "expected sample '" + want.key + "'");
-        out->emplace_back();
-        cur = &out->back();
-        cur_end = want.end;
-        cur->id = id + (sample - first);
-        cur->key = std::string(kf->key);
-        cur->owner = owner;
-        cur->fields.reserve(4);
-        ++sample;
-        add_field(cur, std::move(kf->field), payload, e.size);
-        return Status::ok();
-      });
+  Status parsed = walk([&](const TarEntry& e, const uint8_t* payload) -> Status {
+    if (cur != nullptr && e.start_offset < cur_end) {
+      // Inside the current sample: members WebDataset's rule skips may lie between
+      // its members (a directory entry, a README); every other one has its key.
+      if (!e.regular) return Status::ok();
+      auto kf = split_key(e.path);
+      if (!kf) return Status::ok();
+      if (kf->key != cur->key || e.sparse)
+        return mismatch(e.start_offset, "member '" + e.path + "' inside sample '" + cur->key + "'");
+      add_field(cur, std::move(kf->field), e, payload);
+      return Status::ok();
+    }
+    // Between samples lie the members in no sample of the manifest: skipped ones, and
+    // a sample dropped as damaged under --on-corrupt skip.
+    if (sample >= last) return mismatch(e.start_offset, "more samples than expected");
+    const auto& want = src.samples[sample];
+    if (e.start_offset < want.begin) return Status::ok();
+    auto kf = e.regular && !e.sparse ? split_key(e.path) : std::nullopt;
+    if (e.start_offset != want.begin || !kf || kf->key != want.key)
+      return mismatch(e.start_offset, "expected sample '" + want.key + "'");
+    out->emplace_back();
+    cur = &out->back();
+    cur_end = want.end;
+    cur->id = id + (sample - first);
+    cur->key = std::string(kf->key);
+    cur->owner = owner;
+    cur->fields.reserve(4);
+    ++sample;
+    add_field(cur, std::move(kf->field), e, payload);
+    return Status::ok();
+  });
   if (!parsed.is_ok()) {
     if (Status fault = mapping_fault(); !fault.is_ok()) return fault;
     return parsed;
   }
   if (sample != last)
-    return mismatch(base + size, "found " + std::to_string(sample - first) +
-                                     " samples where the manifest has " +
-                                     std::to_string(last - first));
+    return mismatch(end, "found " + std::to_string(sample - first) +
+                             " samples where the manifest has " + std::to_string(last - first));
   return Status::ok();
 }
 

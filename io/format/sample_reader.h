@@ -35,12 +35,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "io/format/tar.h"
 #include "io/fs/file_system.h"
 #include "runtime/buffer.h"
 #include "runtime/item.h"
@@ -78,6 +80,13 @@ class SampleReader {
   // pool: a worker process reads them into its channel's shared arena, so that the loader
   // takes the items there without a copy. Null: the pool alone.
   void set_chunk_allocator(std::shared_ptr<ChunkAllocator> chunks) { chunks_ = std::move(chunks); }
+  // From now on, members of at least `bytes` (0: none) in runs of a local, uncompressed tar
+  // shard whose samples average at least that many bytes are left unread: the run's headers
+  // and small members are read with small positioned reads, and each large member becomes
+  // an unread field (runtime/item.h Field::unread()) of an item whose owner is a FileBytes
+  // with a reader of the shard, for build_batch() to read into its column. Only for items
+  // that go to a batch untouched (no stage reads their bytes).
+  void set_unread_field_bytes(uint64_t bytes) { unread_bytes_ = bytes; }
 
  private:
   struct GzCursor;
@@ -88,8 +97,19 @@ class SampleReader {
                       std::vector<Item>* out);
   Status read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                   std::vector<Item>* out);
-  Status parse(uint32_t source, const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
-               uint64_t base, uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out);
+  Status read_tar_unread(uint32_t source, const std::shared_ptr<RandomAccessFile>& f,
+                         uint64_t first, uint64_t last, uint64_t id, std::vector<Item>* out);
+  class SmallBytes;
+  // parse() over a run read (or mapped) whole: bytes [base, base + size) of the source.
+  Status parse_buffer(uint32_t source, const uint8_t* data, size_t size,
+                      std::shared_ptr<const void> owner, uint64_t base, uint64_t first,
+                      uint64_t last, uint64_t id, std::vector<Item>* out);
+  // Matches the entries that `walk` hands out (bytes [.., end) of the source) to samples
+  // [first, last) and makes their items, owned by `owner`; with `small`, read payloads are
+  // copied there (they are valid only during the call) and null ones become unread fields.
+  Status parse(uint32_t source, const std::function<Status(const TarPayloadFn&)>& walk,
+               uint64_t end, std::shared_ptr<const void> owner, uint64_t first, uint64_t last,
+               uint64_t id, std::vector<Item>* out, SmallBytes* small = nullptr);
 
   // The error for a short read or a failed mapping: "changed" when the file's size is not
   // the manifest's any more.
@@ -109,6 +129,13 @@ class SampleReader {
   std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> open_;
   std::unordered_map<uint32_t, std::unique_ptr<GzCursor>> gz_;
   uint64_t bytes_read_ = 0;
+  uint64_t unread_bytes_ = 0;
 };
+
+// A FileReader (runtime/item.h) of a source's open file: a short read is reported as the
+// shard having changed since its manifest was built when its size is not the manifest's.
+std::shared_ptr<const FileReader> source_file_reader(FileSystem& fs,
+                                                     std::shared_ptr<RandomAccessFile> file,
+                                                     const SourceEntry& src);
 
 }  // namespace shardyard::io

@@ -1,5 +1,6 @@
 #include "io/format/tar.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -286,6 +287,61 @@ Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
   }
   if (dec.pending())
     return corrupt(at(source, base_offset + len) + ": data ends after an extension header");
+  return Status::ok();
+}
+
+Status walk_tar_range(const FileReader& file, uint64_t begin, uint64_t end,
+                      const std::string& source, uint64_t unread_bytes,
+                      const TarPayloadFn& on_entry) {
+  // What one positioned read fetches at least: the headers and small members that follow a
+  // large member (3 KiB for a sample's .cls and .json and the next sample's first header).
+  constexpr size_t kWindow = 4096;
+  std::vector<uint8_t> window;
+  uint64_t window_at = 0;
+  size_t window_len = 0;
+  // Bytes [pos, pos + n) of the file, n <= end - pos, from the window or a new read there.
+  auto bytes = [&](uint64_t pos, uint64_t n) -> Result<const uint8_t*> {
+    if (pos >= window_at && pos - window_at <= window_len && n <= window_len - (pos - window_at))
+      return window.data() + (pos - window_at);
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(n, kWindow), end - pos));
+    if (window.size() < want) window.resize(want);
+    SY_RETURN_IF_ERROR(file.read(pos, window.data(), want));
+    window_at = pos;
+    window_len = want;
+    return window.data();
+  };
+  TarHeaderDecoder dec(source);
+  uint64_t pos = begin;
+  while (pos < end) {
+    const uint64_t offset = pos;
+    if (end - pos < kTarBlock)
+      return corrupt(at(source, offset) + ": truncated: partial tar header");
+    SY_ASSIGN_OR_RETURN(const uint8_t* header, bytes(pos, kTarBlock));
+    SY_ASSIGN_OR_RETURN(auto kind, dec.decode(header, offset));
+    if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
+    pos += kTarBlock;
+    if (kind == TarHeaderDecoder::Kind::kSparseMap) continue;
+    const bool ext = kind == TarHeaderDecoder::Kind::kExtension;
+    const uint64_t size = ext ? dec.extension_size() : dec.entry().size;
+    const uint64_t padded = (size + kTarBlock - 1) / kTarBlock * kTarBlock;
+    if (size > end - pos)
+      return corrupt(at(source, offset) + ": truncated: entry needs " + std::to_string(size) +
+                     " payload bytes, " + std::to_string(end - pos) + " left");
+    if (!ext && dec.entry().regular && !dec.entry().sparse && size >= unread_bytes) {
+      SY_RETURN_IF_ERROR(on_entry(dec.entry(), nullptr));
+    } else {
+      SY_ASSIGN_OR_RETURN(const uint8_t* payload, bytes(pos, size));
+      if (ext) {
+        SY_RETURN_IF_ERROR(
+            dec.extension_data(std::string_view(reinterpret_cast<const char*>(payload), size)));
+      } else {
+        SY_RETURN_IF_ERROR(on_entry(dec.entry(), payload));
+      }
+    }
+    pos += std::min<uint64_t>(padded, end - pos);
+  }
+  if (dec.pending()) return corrupt(at(source, end) + ": data ends after an extension header");
   return Status::ok();
 }
 

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "io/fs/file_system.h"
+#include "runtime/item.h"
 #include "runtime/status.h"
 
 namespace shardyard::io {
@@ -91,6 +92,16 @@ Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_
 // offset `base_offset` (for messages). Payload pointers stay valid as long as `data`.
 Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
                         const std::string& source, const TarPayloadFn& on_entry);
+
+// Walks the entries in bytes [begin, end) of `file` (whole entries, as for
+// parse_tar_buffer) without reading the payload of any regular member of at least
+// `unread_bytes`: on_entry gets a null payload for those, and the bytes of every other one
+// (valid during the call). Headers and small payloads are read with positioned reads of a
+// few KiB (or a small payload's size), so for samples with one large member the walk costs
+// about one read per sample and never touches the large member's pages.
+Status walk_tar_range(const FileReader& file, uint64_t begin, uint64_t end,
+                      const std::string& source, uint64_t unread_bytes,
+                      const TarPayloadFn& on_entry);
 
 // WebDataset's rule (webdataset/tariterators.py: tar_file_iterator's metadata filters and
 // base_plus_ext, then group_by_keys' lowercasing): the key is the member path up to the

@@ -7,12 +7,17 @@
 //   - when scan_tar accepts the input, every entry's payload lies inside it, and
 //     parse_tar_buffer accepts it too with the same entries (scan_tar is the stricter walk:
 //     it also wants each payload's padding);
+//   - walk_tar_range over the same bytes (read through a FileReader, members of at least 512
+//     bytes left unread) accepts exactly what parse_tar_buffer accepts, with the same
+//     entries, the same bytes for the payloads it reads, and no payload only for regular
+//     members of at least 512 bytes;
 //   - split_key, when it succeeds, splits the path into a non-empty key "." extension, the
 //     extension has no '/' and the field is the extension in lower case.
 // A broken property aborts with a message, so libFuzzer saves the input as a crash.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +66,21 @@ struct Seen {
 
 volatile uint8_t g_sink;
 
+// The input as a file.
+class BytesFile : public shardyard::FileReader {
+ public:
+  BytesFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  Status read(uint64_t offset, uint8_t* dst, size_t n) const override {
+    if (offset > size_ || n > size_ - offset) return shardyard::corrupt("read past the input");
+    if (n > 0) std::memcpy(dst, data_ + offset, n);
+    return Status::ok();
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -84,6 +104,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         check_split_key(e.path);
         return Status::ok();
       });
+
+  std::vector<Seen> walked;
+  constexpr uint64_t kUnread = 512;
+  const BytesFile file(data, size);
+  Status walk_status = shardyard::io::walk_tar_range(
+      file, 0, size, source, kUnread, [&](const TarEntry& e, const uint8_t* payload) {
+        if (payload == nullptr) {
+          check(e.regular && !e.sparse && e.size >= kUnread, "a small member left unread");
+        } else {
+          check(e.data_offset <= size && e.size <= size - e.data_offset,
+                "walk_tar_range: a payload past the input");
+          check(e.size == 0 || std::memcmp(payload, data + e.data_offset, e.size) == 0,
+                "walk_tar_range read other bytes than the input's");
+        }
+        check(walked.size() < blocks, "walk_tar_range: more entries than header blocks");
+        walked.push_back({e.path, e.size, e.start_offset, e.data_offset});
+        return Status::ok();
+      });
+  check(walk_status.is_ok() == parse_status.is_ok(),
+        "walk_tar_range and parse_tar_buffer disagree on the input");
+  if (walk_status.is_ok()) check(walked == parsed, "walk_tar_range saw other entries");
 
   std::vector<Seen> scanned;
   auto stream =

@@ -40,7 +40,7 @@ Batch make_batch(BufferPool& pool, int items, int floats, int step) {
     its[i].key = std::to_string(i);
     its[i].set_field("a", std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
   }
-  return build_batch(its, 0, static_cast<uint64_t>(step), 0, pool);
+  return build_batch(its, 0, static_cast<uint64_t>(step), 0, pool).value();
 }
 
 DLManagedTensor* export_a(const Batch& b) {

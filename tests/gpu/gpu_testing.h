@@ -30,7 +30,7 @@ inline Batch make_batch(BufferPool& pool, uint64_t step, size_t items = 8, size_
     its[i].set_field("a", a);
     its[i].set_field("b", b);
   }
-  return build_batch(its, 0, step, 0, pool);
+  return build_batch(its, 0, step, 0, pool).value();
 }
 
 // The bytes of column `col` of a batch's device copy, read back to the host.

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,7 @@ TEST(BuildBatch, LaysOutEachFieldAsContiguousBytesWithOffsets) {
   std::vector<Item> items = {make_item(10, "k0", {{"cls", "1"}, {"jpg", "aaaa"}}),
                              make_item(11, "k1", {{"cls", "2"}, {"jpg", ""}}),
                              make_item(12, "k2", {{"cls", "3"}, {"jpg", "bbbbbbbbb"}})};
-  Batch b = build_batch(items, 4, 17, 2, *pool);
+  Batch b = build_batch(items, 4, 17, 2, *pool).value();
   EXPECT_EQ(b.epoch(), 4u);
   EXPECT_EQ(b.step(), 17u);
   EXPECT_EQ(b.rank(), 2u);
@@ -109,7 +110,7 @@ TEST(BuildBatch, MissingFieldsAreEmptyEntriesThatAreNotPresent) {
   std::vector<Item> items = {make_item(0, "a", {{"cls", "1"}, {"jpg", "xx"}}),
                              make_item(1, "b", {{"cls", "2"}}),
                              make_item(2, "c", {{"json", "{}"}, {"jpg", "yy"}})};
-  Batch b = build_batch(items, 0, 0, 0, *pool);
+  Batch b = build_batch(items, 0, 0, 0, *pool).value();
   ASSERT_EQ(b.columns().size(), 3u);
   EXPECT_EQ(b.columns()[0].name, "cls");
   EXPECT_EQ(b.columns()[1].name, "jpg");
@@ -135,7 +136,7 @@ TEST(BuildBatch, SameFieldNamesInADifferentSetStillLineUp) {
   auto pool = BufferPool::create();
   std::vector<Item> items = {make_item(0, "a", {{"cls", "1"}, {"jpg", "AA"}}),
                              make_item(1, "b", {{"cls", "2"}, {"png", "BBB"}})};
-  Batch b = build_batch(items, 0, 0, 0, *pool);
+  Batch b = build_batch(items, 0, 0, 0, *pool).value();
   ASSERT_EQ(b.columns().size(), 3u);
   EXPECT_EQ(b.field("jpg")->present, (std::vector<bool>{true, false}));
   EXPECT_EQ(b.field("png")->present, (std::vector<bool>{false, true}));
@@ -146,7 +147,7 @@ TEST(BuildBatch, SameFieldNamesInADifferentSetStillLineUp) {
 TEST(BuildBatch, EmptyItemListGivesAnEmptyBatch) {
   auto pool = BufferPool::create();
   std::vector<Item> items;
-  Batch b = build_batch(items, 1, 2, 3, *pool);
+  Batch b = build_batch(items, 1, 2, 3, *pool).value();
   EXPECT_EQ(b.size(), 0u);
   EXPECT_TRUE(b.columns().empty());
   EXPECT_EQ(b.payload_bytes(), 0u);
@@ -156,7 +157,7 @@ TEST(BuildBatch, ColumnBuffersGoBackToThePool) {
   auto pool = BufferPool::create();
   {
     std::vector<Item> items = {make_item(0, "a", {{"bin", std::string(10000, 'x')}})};
-    Batch b = build_batch(items, 0, 0, 0, *pool);
+    Batch b = build_batch(items, 0, 0, 0, *pool).value();
     EXPECT_EQ(b.field("bin")->fixed_size(), 10000);
     EXPECT_EQ(pool->cached_bytes(), 0u);
   }
@@ -172,7 +173,7 @@ TEST(BuildBatch, CopiesOfABatchShareItsDeviceAttachmentUntilTheLastIsGone) {
   auto pool = BufferPool::create();
   std::vector<Item> items;
   items.push_back(make_item(1, "k", {{"x", "abc"}}));
-  Batch b = build_batch(items, 0, 0, 0, *pool);
+  Batch b = build_batch(items, 0, 0, 0, *pool).value();
   EXPECT_EQ(b.device(), nullptr);
   int alive = 0;
   b.set_device(std::make_shared<Attachment>(&alive));
@@ -183,6 +184,88 @@ TEST(BuildBatch, CopiesOfABatchShareItsDeviceAttachmentUntilTheLastIsGone) {
     EXPECT_EQ(alive, 1);
   }
   EXPECT_EQ(alive, 0);
+}
+
+// A "file" in memory, read through the FileReader interface; counts the reads.
+class StringReader : public FileReader {
+ public:
+  explicit StringReader(std::string bytes) : bytes_(std::move(bytes)) {}
+  Status read(uint64_t offset, uint8_t* dst, size_t n) const override {
+    ++reads;
+    if (offset > bytes_.size() || n > bytes_.size() - offset)
+      return corrupt("test file: cut short at byte " + std::to_string(bytes_.size()));
+    std::memcpy(dst, bytes_.data() + offset, n);
+    return Status::ok();
+  }
+  mutable int reads = 0;
+
+ private:
+  std::string bytes_;
+};
+
+// An item whose field "bin" is unread: bytes [offset, offset + size) of `reader`'s file,
+// and whose field "cls" is in memory.
+Item unread_item(uint64_t id, std::string key, std::shared_ptr<const FileReader> reader,
+                 uint64_t offset, size_t size) {
+  Item it = make_item(id, std::move(key), {{"cls", std::to_string(id)}});
+  FileBytes file;
+  file.reader = std::move(reader);
+  file.source = 3;
+  it.owner = file_bytes_owner(std::move(file));
+  it.fields.insert(it.fields.begin(), Field{"bin", nullptr, size, offset});
+  return it;
+}
+
+TEST(BuildBatch, ReadsUnreadFieldsFromTheirFileIntoTheColumn) {
+  std::string file;
+  for (int i = 0; i < 5000; ++i) file += static_cast<char>('a' + i % 26);
+  auto reader = std::make_shared<StringReader>(file);
+  auto pool = BufferPool::create();
+  std::vector<Item> items;
+  items.push_back(unread_item(0, "k0", reader, 100, 1000));
+  items.push_back(unread_item(1, "k1", reader, 3000, 2000));
+  ASSERT_TRUE(items[0].fields[0].unread());
+  EXPECT_EQ(unread_reader(items[0]), reader.get());
+  EXPECT_EQ(items[0].payload_bytes(), 1001u);
+  Batch b = build_batch(items, 0, 0, 0, *pool).value();
+  ASSERT_NE(b.field("bin"), nullptr);
+  EXPECT_EQ(b.field("bin")->value(0), file.substr(100, 1000));
+  EXPECT_EQ(b.field("bin")->value(1), file.substr(3000, 2000));
+  EXPECT_EQ(b.field("cls")->value(1), "1");
+  EXPECT_EQ(reader->reads, 2);
+}
+
+TEST(BuildBatch, AnUnreadFieldThatCannotBeReadFailsTheBatchNamingTheItem) {
+  auto reader = std::make_shared<StringReader>(std::string(100, 'x'));
+  auto pool = BufferPool::create();
+  std::vector<Item> items;
+  items.push_back(unread_item(0, "good", reader, 0, 50));
+  items.push_back(unread_item(1, "cut", reader, 80, 50));
+  auto b = build_batch(items, 0, 0, 0, *pool);
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(b.status().message().find("item 'cut', field 'bin'"), std::string::npos)
+      << b.status().message();
+  EXPECT_NE(b.status().message().find("cut short"), std::string::npos);
+
+  // An item whose owner has no reader cannot have unread fields.
+  std::vector<Item> orphan;
+  orphan.push_back(make_item(2, "orphan", {}));
+  orphan[0].fields.push_back(Field{"bin", nullptr, 10, 0});
+  auto c = build_batch(orphan, 0, 0, 0, *pool);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("'orphan'"), std::string::npos) << c.status().message();
+}
+
+TEST(Item, ReplacingAnUnreadFieldMakesItRead) {
+  static const uint8_t bytes[] = {9, 8, 7};
+  Item it;
+  it.fields.push_back(Field{"bin", nullptr, 1000, 4096});
+  ASSERT_TRUE(it.field("bin")->unread());
+  it.set_field_view("bin", bytes, 3);
+  EXPECT_FALSE(it.field("bin")->unread());
+  EXPECT_EQ(it.field("bin")->file_offset, 0u);
+  EXPECT_EQ(unread_reader(it), nullptr);
 }
 
 }  // namespace

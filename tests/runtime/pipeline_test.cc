@@ -68,6 +68,36 @@ TEST(BuiltInStages, RenameFieldKeepsBytesAndSortedOrder) {
   EXPECT_EQ(names_of(it), (std::vector<std::string>{"aaa", "cls", "json", "txt"}));
 }
 
+TEST(BuiltInStages, RenameFieldKeepsAnUnreadFieldUnread) {
+  Item it = sample_item();
+  it.put_field(Field{"bin", nullptr, 300000, 8192});
+  ASSERT_TRUE(run(Spec().map("rename_field", {{"from", "bin"}, {"to", "zzz"}}), it).is_ok());
+  const Field* moved = it.field("zzz");
+  ASSERT_NE(moved, nullptr);
+  EXPECT_TRUE(moved->unread());
+  EXPECT_EQ(moved->size, 300000u);
+  EXPECT_EQ(moved->file_offset, 8192u);
+  EXPECT_EQ(it.field("bin"), nullptr);
+}
+
+// Whether a job may leave large members unread: only when no stage of its spec reads bytes.
+TEST(StageRegistry, SaysWhichStagesReadFieldBytes) {
+  for (const char* blind : {"select_fields", "drop_fields", "rename_field", "count", "sleep"})
+    EXPECT_FALSE(StageRegistry::global().reads_bytes(blind)) << blind;
+  EXPECT_TRUE(StageRegistry::global().reads_bytes("not_registered"));
+  auto noop = [](Item&, StageContext&) { return Status::ok(); };
+  ASSERT_TRUE(StageRegistry::global().add("test_decoder", map_stage(noop)).is_ok());
+  ASSERT_TRUE(StageRegistry::global().add("test_key_only", map_stage(noop), false).is_ok());
+  EXPECT_TRUE(StageRegistry::global().reads_bytes("test_decoder"));
+  EXPECT_FALSE(StageRegistry::global().reads_bytes("test_key_only"));
+  EXPECT_FALSE(spec_reads_bytes(Spec()));
+  EXPECT_FALSE(spec_reads_bytes(Spec().map("count").merge().once("test_key_only")));
+  EXPECT_TRUE(spec_reads_bytes(Spec().map("count").merge().once("test_decoder")));
+  // Registered again as reading bytes, it does.
+  ASSERT_TRUE(StageRegistry::global().add("test_key_only", map_stage(noop)).is_ok());
+  EXPECT_TRUE(StageRegistry::global().reads_bytes("test_key_only"));
+}
+
 TEST(BuiltInStages, StagesRunInSpecOrder) {
   Item it = sample_item();
   Spec spec;

@@ -22,8 +22,35 @@ using test::ExpectedSample;
 using test::Fixtures;
 using test::TempDir;
 
-// Read paths of a tar range: always read into a buffer, always memory-map.
-const size_t kMapThresholds[] = {SIZE_MAX, 0};
+// Read paths of a tar range: always read into a buffer, always memory-map, leave every
+// member unread (the walk of headers), leave members of at least 100 bytes unread (small
+// ones read beside them).
+struct ReadPath {
+  size_t map_threshold;
+  uint64_t unread_bytes;
+};
+const ReadPath kReadPaths[] = {{SIZE_MAX, 0}, {0, 0}, {SIZE_MAX, 1}, {SIZE_MAX, 100}};
+
+std::unique_ptr<SampleReader> make_reader(std::shared_ptr<const Manifest> manifest,
+                                          const ReadPath& path) {
+  auto reader =
+      std::make_unique<SampleReader>(local_file_system(), std::move(manifest), BufferPool::create(),
+                                     SampleReaderOptions{64, path.map_threshold});
+  reader->set_unread_field_bytes(path.unread_bytes);
+  return reader;
+}
+
+// A field's bytes: its view, or for an unread field what its item's reader reads.
+std::string bytes_of(const Item& item, const Field& f) {
+  if (!f.unread()) return std::string(f.view());
+  const FileReader* reader = unread_reader(item);
+  EXPECT_NE(reader, nullptr) << item.key << "." << f.name;
+  if (reader == nullptr) return {};
+  std::string out(f.size, '\0');
+  Status st = reader->read(f.file_offset, reinterpret_cast<uint8_t*>(out.data()), out.size());
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return out;
+}
 
 std::shared_ptr<const Manifest> manifest_of(const std::vector<std::string>& paths) {
   auto m = build_manifest(local_file_system(), paths, ScanOptions{}, nullptr);
@@ -41,7 +68,7 @@ void expect_item(const Item& item, const ExpectedSample& want, uint64_t id) {
   size_t i = 0;
   for (const auto& [field, bytes] : expected) {
     EXPECT_EQ(item.fields[i].name, field) << want.key;
-    EXPECT_EQ(item.fields[i].view(), bytes) << want.key << "." << field;
+    EXPECT_EQ(bytes_of(item, item.fields[i]), bytes) << want.key << "." << field;
     ++i;
   }
   EXPECT_EQ(item.payload_bytes(), want.payload_bytes);
@@ -54,8 +81,9 @@ TEST(SampleReader, ReadsBackExactlyTheBytesWrittenInOneRun) {
     auto manifest = manifest_of({fx.path(name)});
     const auto want = fx.samples(name);
     ASSERT_EQ(manifest->sources[0].samples.size(), want.size());
-    for (size_t map_threshold : kMapThresholds) {
-      SampleReader reader(local_file_system(), manifest, BufferPool::create(), {64, map_threshold});
+    for (const ReadPath& path : kReadPaths) {
+      auto made = make_reader(manifest, path);
+      SampleReader& reader = *made;
       std::vector<Item> items;
       Status st = reader.read(0, 0, want.size(), 1000, &items);
       ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -73,8 +101,9 @@ TEST(SampleReader, ReadsAnyRunInAnyOrder) {
     auto manifest = manifest_of({fx.path(name)});
     const auto want = fx.samples(name);
     const uint64_t n = want.size();
-    for (size_t map_threshold : kMapThresholds) {
-      SampleReader reader(local_file_system(), manifest, BufferPool::create(), {64, map_threshold});
+    for (const ReadPath& path : kReadPaths) {
+      auto made = make_reader(manifest, path);
+      SampleReader& reader = *made;
       // Forward runs of every length, then backward runs (a gzip source restarts).
       for (uint64_t len = 1; len <= n; ++len) {
         for (uint64_t first = 0; first + len <= n; first += len) {
@@ -119,11 +148,11 @@ TEST(SampleReader, ItemsKeepTheirBytesAfterTheReaderIsGone) {
   const auto& fx = Fixtures::get();
   auto manifest = manifest_of({fx.path("py_pax.tar")});
   const auto want = fx.samples("py_pax.tar");
-  for (size_t map_threshold : kMapThresholds) {
+  for (const ReadPath& path : kReadPaths) {
     std::vector<Item> items;
     {
-      auto pool = BufferPool::create();
-      SampleReader reader(local_file_system(), manifest, pool, {64, map_threshold});
+      auto made = make_reader(manifest, path);
+      SampleReader& reader = *made;
       ASSERT_TRUE(reader.read(0, 0, want.size(), 0, &items).is_ok());
     }
     std::vector<Item> moved = std::move(items);
@@ -188,8 +217,9 @@ TEST(SampleReader, ShardChangedSinceItsManifestIsCorrupt) {
   // The same archive cut short.
   const std::string bytes = test::read_file(fx.path("py_ustar.tar"));
   test::write_file(path, bytes.substr(0, bytes.size() / 2));
-  for (size_t map_threshold : kMapThresholds) {
-    SampleReader reader(local_file_system(), manifest, BufferPool::create(), {64, map_threshold});
+  for (const ReadPath& read_path : kReadPaths) {
+    auto made = make_reader(manifest, read_path);
+    SampleReader& reader = *made;
     std::vector<Item> items;
     Status st = reader.read(0, n - 1, n, 0, &items);
     ASSERT_FALSE(st.is_ok());
@@ -292,6 +322,81 @@ TEST(SampleReader, SampleOverTheBoundFailsWithItsKey) {
     ASSERT_EQ(items.size(), 2u);
     EXPECT_EQ(items[1].field("bin")->view(), "a");
   }
+}
+
+// Members of at least the bound in a run of a local tar shard whose samples average that
+// much are left unread, with their place in the file; small members are read beside them
+// and stay valid after the reader is gone; a compressed shard is read as before.
+TEST(SampleReader, LeavesLargeMembersOfALocalTarUnread) {
+  TempDir dir;
+  const std::string big(300000, 'B'), other(200000, 'O');
+  const std::string tar = test::tar_member("a.bin", big) + test::tar_member("a.cls", "7") +
+                          test::tar_member("a.json", "{}") + test::tar_member("b.bin", other) +
+                          test::tar_member("b.cls", "8") + test::tar_end();
+  test::write_file(dir.file("plain.tar"), tar);
+  test::write_file(dir.file("packed.tar"), tar);
+  ASSERT_EQ(test::run_command("gzip -n " + dir.file("packed.tar")), 0);
+  auto manifest = manifest_of({dir.file("plain.tar"), dir.file("packed.tar.gz")});
+  std::vector<Item> items;
+  {
+    SampleReader reader(local_file_system(), manifest, BufferPool::create());
+    reader.set_unread_field_bytes(64 << 10);
+    ASSERT_TRUE(reader.read(0, 0, 2, 0, &items).is_ok());
+    ASSERT_TRUE(reader.read(1, 0, 2, 2, &items).is_ok());
+    // Runs whose samples are smaller on average than the bound are read whole.
+    reader.set_unread_field_bytes(1 << 20);
+    ASSERT_TRUE(reader.read(0, 0, 2, 4, &items).is_ok());
+  }
+  ASSERT_EQ(items.size(), 6u);
+  const Field* bin = items[0].field("bin");
+  ASSERT_NE(bin, nullptr);
+  EXPECT_TRUE(bin->unread());
+  EXPECT_EQ(bin->size, big.size());
+  EXPECT_EQ(bin->file_offset, 512u);  // after its header
+  EXPECT_EQ(tar.substr(bin->file_offset, bin->size), big);
+  EXPECT_FALSE(items[0].field("cls")->unread());
+  EXPECT_EQ(items[0].field("cls")->view(), "7");
+  EXPECT_EQ(items[0].field("json")->view(), "{}");
+  const FileBytes* file = file_bytes_of(items[0].owner);
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(file->source, 0u);
+  EXPECT_EQ(file->data, nullptr);  // nothing of the file is mapped
+  EXPECT_EQ(bytes_of(items[1], *items[1].field("bin")), other);
+  EXPECT_EQ(items[1].field("cls")->view(), "8");
+  for (size_t i = 2; i < 6; ++i) {
+    SCOPED_TRACE(i);
+    for (const auto& f : items[i].fields) EXPECT_FALSE(f.unread()) << f.name;
+    EXPECT_EQ(items[i].field("bin")->view(), i % 2 == 0 ? big : other);
+  }
+}
+
+// An unread field of a shard that is cut short before the batch reads it: the read fails
+// naming the shard as changed since its manifest was built, never a short or zeroed field.
+TEST(SampleReader, AnUnreadFieldOfAShardCutShortFailsItsRead) {
+  TempDir dir;
+  const std::string path = dir.file("shard.tar");
+  test::write_file(path, test::tar_member("a.bin", std::string(100000, 'x')) +
+                             test::tar_member("a.cls", "1") + test::tar_end());
+  auto manifest = manifest_of({path});
+  SampleReader reader(local_file_system(), manifest, BufferPool::create());
+  reader.set_unread_field_bytes(1000);
+  std::vector<Item> items;
+  ASSERT_TRUE(reader.read(0, 0, 1, 0, &items).is_ok());
+  const Field* bin = items[0].field("bin");
+  ASSERT_TRUE(bin != nullptr && bin->unread());
+  std::filesystem::resize_file(path, 4096);
+  std::string out(bin->size, '\0');
+  Status st = unread_reader(items[0])->read(bin->file_offset,
+                                            reinterpret_cast<uint8_t*>(out.data()), out.size());
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("changed since its manifest was built"), std::string::npos)
+      << st.message();
+  // The walk of a run over the missing bytes fails the same way.
+  std::vector<Item> again;
+  Status walk = reader.read(0, 0, 1, 0, &again);
+  EXPECT_EQ(walk.code(), StatusCode::kCorrupt);
+  EXPECT_NE(walk.message().find("changed since"), std::string::npos) << walk.message();
 }
 
 }  // namespace
