@@ -138,6 +138,7 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   jo.status = std::make_shared<StatusBoard>();
   jo.checkpoint_timeout_ms = options.checkpoint_timeout_ms;
   jo.max_sample_bytes = options.max_sample_bytes;
+  jo.read_into_batch_bytes = options.read_into_batch_bytes;
   jo.fs = &fs;
   jo.clock = env->clock();
   jo.data_plane = env->new_data_plane();

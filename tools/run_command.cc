@@ -38,6 +38,7 @@ struct RunArgs {
   std::string coordinator, token_file;
   std::string seed = "0";  // parsed strictly (tools/cli_values.h)
   std::string max_sample_bytes;
+  std::string read_into_batch;
   uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2, prefetch_packets = 0;
   bool shuffle = false, drop_last = false, json = false, no_cache = false, strict = false;
   std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
@@ -295,6 +296,16 @@ int run(RunArgs args, Env* env) {
       return 2;
     }
     opt.max_sample_bytes = *max;
+  }
+  if (!args.read_into_batch.empty()) {
+    auto bytes = args.read_into_batch == "0"
+                     ? Result<uint64_t>(uint64_t{0})
+                     : parse_byte_size("--read-into-batch", args.read_into_batch);
+    if (!bytes.is_ok()) {
+      print_error(bytes.status().message());
+      return 2;
+    }
+    opt.read_into_batch_bytes = *bytes;
   }
   opt.use_manifest_cache = !args.no_cache;
   opt.cache_dir = args.cache_dir;
@@ -595,6 +606,9 @@ Command add_run_command(CLI::App& app, Env* env) {
   cmd->add_option("--seed", args->seed, "seed of the global order (0 to 2^64-1)");
   cmd->add_option("--max-sample-bytes", args->max_sample_bytes,
                   "fail on a sample larger than this (bytes, or with K, M, G; default 256M)");
+  cmd->add_option("--read-into-batch", args->read_into_batch,
+                  "read members of local tar shards this long or longer straight into the "
+                  "batch, unmapped (default 64K; 0: off; only where no stage reads bytes)");
   cmd->add_option("--logical-shards", args->logical_shards, "L (0: chosen from the manifest)");
   cmd->add_option("--chunk-items", args->chunk_items,
                   "shuffle block in items (0: chosen from the manifest)");

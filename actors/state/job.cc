@@ -87,6 +87,7 @@ Result<std::shared_ptr<const JobData>> make_job(JobOptions options) {
   job->checkpoint_timeout_ms = options.checkpoint_timeout_ms;
   job->status = std::move(options.status);
   job->reader.max_sample_bytes = options.max_sample_bytes;
+  job->unread_field_bytes = spec_reads_bytes(job->pipeline) ? 0 : options.read_into_batch_bytes;
   // The pool must be able to keep the buffers of the batches in flight (prefetched, being
   // built, held by the trainer) plus the open chunks, or every large batch is mapped and
   // page-faulted afresh. Size it from the mean sample size.

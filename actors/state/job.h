@@ -46,6 +46,11 @@ struct JobData {
   std::string route_key_field;     // by key: route by this field's bytes (empty: the item key)
   io::SampleReaderOptions reader;  // of every SampleReader (the bound on one sample's bytes)
   uint32_t checkpoint_timeout_ms = 120000;  // how long a save waits for the other ranks
+  // Members of local tar shards at least this long are left unread by a worker that reads
+  // its own shards and read straight into their batch columns (runtime/item.h
+  // Field::unread()); 0 when off (LoaderOptions::read_into_batch_bytes) or when a stage of
+  // the pipeline reads field bytes.
+  uint64_t unread_field_bytes = 0;
   // What the roles of this process report to the monitor (null: nothing is reported).
   std::shared_ptr<StatusBoard> status;
 
@@ -64,7 +69,8 @@ struct JobOptions {
   uint32_t prefetch_shards = 1;
   std::string route_key_field;
   uint32_t checkpoint_timeout_ms = 120000;
-  uint64_t max_sample_bytes = kDefaultMaxSampleBytes;  // the bound on one sample's bytes
+  uint64_t max_sample_bytes = kDefaultMaxSampleBytes;           // the bound on one sample's bytes
+  uint64_t read_into_batch_bytes = kDefaultReadIntoBatchBytes;  // LoaderOptions's
   // From the job's Env: required.
   FileSystem* fs = nullptr;
   Clock* clock = nullptr;

@@ -150,11 +150,16 @@ Status WorkerCore::produce(const WorkUnit& unit, io::Channel& channel, UnitStats
   SY_ASSIGN_OR_RETURN(auto stages, StageRunner::open(job, 0, job.cut.merge_at, identity_,
                                                      unit.stage_states, unit.rescaled));
   // Chunks are read where the channel takes them without a copy, when it can (a worker
-  // process's data arena); the reader forgets it with the unit.
+  // process's data arena), and large members are left for the batch to read when the job
+  // and the channel allow it; the reader forgets both with the unit.
   reader_.set_chunk_allocator(channel.chunk_allocator());
+  reader_.set_unread_field_bytes(channel.takes_unread_fields() ? job.unread_field_bytes : 0);
   struct Forget {
     io::SampleReader& reader;
-    ~Forget() { reader.set_chunk_allocator(nullptr); }
+    ~Forget() {
+      reader.set_chunk_allocator(nullptr);
+      reader.set_unread_field_bytes(0);
+    }
   } forget{reader_};
   ShardStreams streams(job, unit, reader_, stats_.get());
   InterleaveCursor order(unit.take, unit.consumed);

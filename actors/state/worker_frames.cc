@@ -36,6 +36,7 @@ std::string encode_job(const WorkerJob& j) {
   w.u32(j.prefetch_shards);
   w.str(j.route_key_field);
   w.u64(j.max_sample_bytes);
+  w.u64(j.read_into_batch_bytes);
   w.u32(j.packet_items);
   w.u64(j.packet_bytes);
   w.u64(j.windows.record_bytes);
@@ -74,6 +75,7 @@ Result<WorkerJob> decode_job(std::string_view body) {
   j.prefetch_shards = r.u32();
   j.route_key_field = r.str();
   j.max_sample_bytes = r.u64();
+  j.read_into_batch_bytes = r.u64();
   j.packet_items = r.u32();
   j.packet_bytes = r.u64();
   j.windows.record_bytes = r.u64();

@@ -54,6 +54,7 @@ struct WorkerJob {
   uint32_t prefetch_shards = 1;
   std::string route_key_field;
   uint64_t max_sample_bytes = 0;
+  uint64_t read_into_batch_bytes = 0;
   uint32_t packet_items = 0;
   uint64_t packet_bytes = 0;
   // A windows dataset is rebuilt from its record files; a tar dataset's manifest comes as a

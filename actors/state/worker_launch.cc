@@ -9,6 +9,7 @@
 
 #include "actors/state/worker_frames.h"
 #include "actors/state/worker_process.h"
+#include "io/format/sample_reader.h"
 #include "io/fs/file_system.h"
 #include "io/fs/uri.h"
 #include "io/remote/remote_file_system.h"
@@ -22,10 +23,13 @@ namespace {
 // whole, once, and every range of it is a view into that one mapping: a run of large
 // samples costs no mmap, munmap or page-cache walk per item, only one per shard. The last
 // few files stay mapped (a worker's items come from one shard after another); a mapping
-// lives on while an item still holds a view of it.
+// lives on while an item still holds a view of it. In a job that reads large members into
+// the batch (JobData::unread_field_bytes), nothing is mapped: a range gets a reader of its
+// file and its fields stay unread until the batch is built.
 class SourceFiles {
  public:
-  explicit SourceFiles(std::shared_ptr<const Manifest> manifest) : manifest_(std::move(manifest)) {}
+  SourceFiles(std::shared_ptr<const Manifest> manifest, bool unread)
+      : manifest_(std::move(manifest)), unread_(unread) {}
 
   Result<io::FileView> map(uint32_t source, uint64_t offset, uint64_t size) {
     if (source >= manifest_->sources.size())
@@ -39,15 +43,16 @@ class SourceFiles {
                      std::to_string(size) + ", past its " + std::to_string(src.size_bytes) +
                      " bytes");
     SY_ASSIGN_OR_RETURN(Open file, open(source));
+    if (file.reader) return io::FileView{nullptr, nullptr, std::move(file.reader)};
     if (file.whole) {
       const uint8_t* data = file.whole->data() + offset;
-      return io::FileView{data, std::move(file.whole)};
+      return io::FileView{data, std::move(file.whole), nullptr};
     }
     // Not mappable (or past the guard's slots): read the range.
     auto bytes = std::make_shared<std::string>(static_cast<size_t>(size), '\0');
     SY_RETURN_IF_ERROR(io::read_exact(*file.file, offset, bytes->data(), bytes->size()));
     const auto* data = reinterpret_cast<const uint8_t*>(bytes->data());
-    return io::FileView{data, std::move(bytes)};
+    return io::FileView{data, std::move(bytes), nullptr};
   }
 
  private:
@@ -57,6 +62,7 @@ class SourceFiles {
     uint32_t source = 0;
     std::shared_ptr<RandomAccessFile> file;
     std::shared_ptr<const MappedRange> whole;  // null: read instead
+    std::shared_ptr<const FileReader> reader;  // set instead of mapping: fields stay unread
   };
 
   Result<Open> open(uint32_t source) {
@@ -73,7 +79,9 @@ class SourceFiles {
     Open made;
     made.source = source;
     made.file = std::move(file);
-    if (src.size_bytes > 0) {
+    if (unread_) {
+      made.reader = io::source_file_reader(io::default_file_system(), made.file, src);
+    } else if (src.size_bytes > 0) {
       SY_ASSIGN_OR_RETURN(made.whole, made.file->map(0, static_cast<size_t>(src.size_bytes)));
     }
     open_.push_front(made);
@@ -82,6 +90,7 @@ class SourceFiles {
   }
 
   const std::shared_ptr<const Manifest> manifest_;
+  const bool unread_;
   std::mutex mu_;
   std::deque<Open> open_;  // guarded by mu_, the most recently used first
 };
@@ -102,6 +111,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   j.prefetch_shards = job.prefetch_shards;
   j.route_key_field = job.route_key_field;
   j.max_sample_bytes = job.reader.max_sample_bytes;
+  j.read_into_batch_bytes = job.unread_field_bytes;
   j.packet_items = job.packet_items;
   j.packet_bytes = job.packet_bytes;
   const WindowSpec& spec = job.manifest->windows;
@@ -123,7 +133,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     }
     launch->manifest_.emplace(std::move(segment));
     j.manifest_bytes = encoded.size();
-    auto files = std::make_shared<SourceFiles>(job.manifest);
+    auto files = std::make_shared<SourceFiles>(job.manifest, job.unread_field_bytes > 0);
     launch->file_ranges_ = [files](uint32_t source, uint64_t offset, uint64_t size) {
       return files->map(source, offset, size);
     };
@@ -140,16 +150,20 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // that leaves room for unevenness. Elsewhere a batch may come from one worker alone.
   // Fields that cross as file ranges take no room: without a dispatcher (whose items reach
   // a worker through its input channel, not from a mapping of its own), a sample of a local
-  // tar shard that is always read by mapping (as long as the reader's mapping threshold)
-  // counts one field's threshold (its small fields, a large one's neighbours); a smaller
-  // one may be read into a buffer and copied whole.
+  // tar shard that is always read by mapping (as long as the reader's mapping threshold) or
+  // left unread (as long as JobData::unread_field_bytes) counts one field's threshold (its
+  // small fields, a large one's neighbours); a smaller one may be read into a buffer and
+  // copied whole.
   const uint64_t payload =
       spec.enabled() ? job.manifest->window_payload_bytes()
                      : job.manifest->payload_bytes() / std::max<uint64_t>(1, job.index.num_items());
   uint64_t copied = payload;
   if (!spec.enabled() && job.dispatch == Dispatch::kNone) {
     const uint64_t field = io::ShmChannelOptions{}.file_field_bytes;
-    const uint64_t mapped = job.reader.map_threshold_bytes;
+    const uint64_t mapped =
+        job.unread_field_bytes > 0
+            ? std::min<uint64_t>(job.reader.map_threshold_bytes, job.unread_field_bytes)
+            : job.reader.map_threshold_bytes;
     uint64_t total = 0, items = 0;
     for (const auto& src : job.manifest->sources) {
       const bool ranges = src.kind == SourceKind::kTar && !io::is_remote_uri(src.uri);
@@ -181,7 +195,8 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // chunks of each shard (one worker starts first): four times that, and the items the
   // loader holds. A chunk that finds it full goes to the worker's heap and its items are
   // copied, so this sizes for speed, not correctness.
-  // Workers fed by a dispatcher read nothing, and ranges that are mapped need no room.
+  // Workers fed by a dispatcher read nothing, and ranges that are mapped or walked (large
+  // members left unread, the small ones read beside them on the heap) need no room.
   if (!spec.enabled() && job.dispatch == Dispatch::kNone) {
     uint64_t span = 0, items = 0;
     bool reads = false;
@@ -192,7 +207,9 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       items += src.samples.size();
     }
     const uint64_t chunk = uint64_t{job.plan.chunk_items} * (span / std::max<uint64_t>(1, items));
-    if (items > 0 && (reads || chunk < job.reader.map_threshold_bytes)) {
+    const bool walked =
+        job.unread_field_bytes > 0 && span / std::max<uint64_t>(1, items) >= job.unread_field_bytes;
+    if (items > 0 && (reads || (chunk < job.reader.map_threshold_bytes && !walked))) {
       const uint64_t per_worker =
           (job.shards.count() + uint64_t{workers} * job.topology.ranks - 1) /
           (uint64_t{workers} * job.topology.ranks);

@@ -39,6 +39,7 @@ Result<std::shared_ptr<const JobData>> rebuild_job(const WorkerJob& j, const io:
   jo.prefetch_shards = j.prefetch_shards;
   jo.route_key_field = j.route_key_field;
   jo.max_sample_bytes = j.max_sample_bytes;
+  jo.read_into_batch_bytes = j.read_into_batch_bytes;
   const uint32_t packet_items = j.packet_items;
   const uint64_t packet_bytes = j.packet_bytes;
   const bool windows = j.windows.enabled();

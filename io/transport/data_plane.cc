@@ -16,6 +16,8 @@ class InprocChannel : public Channel {
   InprocChannel(uint32_t producers, size_t capacity)
       : producers_(producers), capacity_(std::max<size_t>(1, capacity)) {}
 
+  bool takes_unread_fields() const override { return true; }  // the items go to build_batch
+
   Status push(Packet packet) override {
     MutexLock lock(&mu_);
     if (!cancelled_ && queue_.size() >= capacity_) {

@@ -50,6 +50,9 @@ class Channel {
   // push() sends them without a copy (a shared-memory channel's data arena); null when
   // the channel has none.
   virtual std::shared_ptr<ChunkAllocator> chunk_allocator() { return nullptr; }
+  // Producer side: whether pushed items may have unread fields (runtime/item.h
+  // Field::unread()), which the consumer reads where it builds batches.
+  virtual bool takes_unread_fields() const { return false; }
 };
 
 // A logical shard loaded whole by a rank's dispatcher and shared read-only with all of the

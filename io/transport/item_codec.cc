@@ -47,9 +47,15 @@ bool inside(const uint8_t* data, uint64_t size, uint64_t base, const Field& f, u
 }
 
 // Whether plan_payload() names field `f` of an item owned by `file` by its file range.
+// An unread field always is (the producer only makes them for a channel that takes file
+// ranges).
 bool in_file(const FileBytes* file, const Field& f, uint64_t file_field_bytes, uint64_t* offset) {
-  return file != nullptr && f.size >= file_field_bytes &&
-         inside(file->data, file->size, file->offset, f, offset);
+  if (file == nullptr) return false;
+  if (f.unread()) {
+    *offset = f.file_offset;
+    return true;
+  }
+  return f.size >= file_field_bytes && inside(file->data, file->size, file->offset, f, offset);
 }
 
 // Whether plan_payload() names field `f` of an item owned by `chunk` by its arena place.
@@ -321,8 +327,18 @@ bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
                            ", where only the region is allowed");
   auto view = (*files)(source, file_begin, file_end - file_begin);
   if (!view.is_ok()) return fail(error, view.status().message());
-  for (const auto& [index, offset] : in_file)
-    out->fields[index].data = view->data + (offset - file_begin);
+  if (view->data == nullptr) {
+    // Not mapped: the fields stay unread, read where the batch is built.
+    if (!view->reader) return fail(error, "no bytes and no reader for a file range");
+    FileBytes file;
+    file.source = source;
+    file.reader = std::move(view->reader);
+    view->keep = file_bytes_owner(std::move(file));
+    for (const auto& [index, offset] : in_file) out->fields[index].file_offset = offset;
+  } else {
+    for (const auto& [index, offset] : in_file)
+      out->fields[index].data = view->data + (offset - file_begin);
+  }
   if (in_region == 0) {
     out->owner = std::move(view->keep);
   } else {

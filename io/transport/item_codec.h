@@ -18,11 +18,13 @@
 // File ranges: a field of place 1 was not copied; it is bytes [offset, offset + size) of
 // the item's source file (`source`, an index into the manifest both processes hold), which
 // the reader maps itself through a FileRanges callback, once per item for all its fields in
-// the file. A producer names a field so only when its item's owner is a FileBytes
+// the file. A producer names a field so when its item's owner is a FileBytes
 // (runtime/item.h: a mapping of a local shard) holding it, and the field is at least
-// `file_field_bytes` long: large samples then cross as a descriptor, and the loader reads the
-// page cache as it does with workers in its own process. A reader without the callback
-// refuses such a field.
+// `file_field_bytes` long, and always for an unread field (whatever its size): large samples
+// then cross as a descriptor, and the loader reads the page cache as it does with workers
+// in its own process (a FileRanges that gives a reader instead of a mapping keeps the
+// fields unread, for build_batch to read). A reader without the callback refuses such a
+// field.
 //
 // Arena bytes: a field of place 2 was not copied either; it is bytes [offset, offset + size)
 // of the producer's data arena, where the producer read it before it made the item (a
@@ -56,10 +58,12 @@ inline constexpr uint8_t kPlaceRegion = 0, kPlaceFile = 1, kPlaceArena = 2;
 inline constexpr uint32_t kNoSource = 0xffffffffu;
 
 // What a reader maps for a file range: bytes [offset, offset + size) of source `source` at
-// `data`, kept alive by `keep`.
+// `data`, kept alive by `keep`; or, with `data` null, a reader of that source: the fields
+// are then left unread (runtime/item.h Field::unread()) and read into the batch.
 struct FileView {
   const uint8_t* data = nullptr;
   std::shared_ptr<const void> keep;
+  std::shared_ptr<const FileReader> reader;
 };
 using FileRanges = std::function<Result<FileView>(uint32_t source, uint64_t offset, uint64_t size)>;
 

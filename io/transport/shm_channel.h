@@ -119,6 +119,8 @@ class ShmProducer : public Channel {
   // The data arena's allocator (a reader's chunks land where the loader reads them), or
   // null when the loader sent none.
   std::shared_ptr<ChunkAllocator> chunk_allocator() override;
+  // When the loader takes file ranges: unread fields cross as such (item_codec.h).
+  bool takes_unread_fields() const override;
   const std::string& channel_name() const;
 
   struct Impl;

@@ -291,4 +291,6 @@ const std::string& ShmProducer::channel_name() const { return impl_->hello.chann
 
 std::shared_ptr<ChunkAllocator> ShmProducer::chunk_allocator() { return impl_->chunks; }
 
+bool ShmProducer::takes_unread_fields() const { return impl_->hello.file_field_bytes > 0; }
+
 }  // namespace shardyard::io

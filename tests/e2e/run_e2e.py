@@ -104,6 +104,33 @@ def case_exactly_once(tmp):
     check(s["samples"] == exp["samples"], f"B=1: {s['samples']} samples")
 
 
+def case_read_into_batch(tmp):
+    """Large members read straight into the batch (the default) deliver the very rows, bytes
+    and digests of the mapped read path (--read-into-batch 0), with more members unread
+    (--read-into-batch 1K), and with worker processes."""
+    exp = make(f"{tmp}/d", shards=4, samples=25, vary=True, bytes=120000, seed=9)
+    src = f"{tmp}/d/shard-{{000000..000003}}.tar"
+    common = ("--ranks", 2, "--workers", 3, "--batch-size", 6, "--epochs", 2, "--shuffle",
+              "--seed", 3)
+    dumps = {}
+    for name, extra in [("default", ()), ("mapped", ("--read-into-batch", "0")),
+                        ("1K", ("--read-into-batch", "1K")),
+                        ("local", ("--placement", "local")),
+                        ("stage", ("--map", "sleep:us=1"))]:
+        d = f"{tmp}/dump-{name}"
+        _, s = run(src, *common, *extra, dump=d)
+        check(s["samples"] == 2 * exp["samples"], f"{name}: samples {s['samples']}")
+        dumps[name] = read_dump(d, 2)
+    check_exactly_once(dumps["default"], exp, 2, 6, "read into batch")
+    for name in ("mapped", "1K", "local", "stage"):
+        check(dumps[name] == dumps["default"], f"{name}: other rows than the default read path")
+    # A byte count the option cannot take.
+    p = subprocess.run([ARGS.shardyard, "run", "--source", src, "--read-into-batch", "lots"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--read-into-batch" in p.stderr,
+          f"--read-into-batch lots: exit {p.returncode}: {p.stderr[-300:]}")
+
+
 def case_determinism(tmp):
     make(f"{tmp}/d", shards=5, samples=30, seed=2)
     src = f"{tmp}/d/shard-{{000000..000004}}.tar"

@@ -51,10 +51,27 @@ def mappings_of(pid, path):
 
 # ---- 1: a shard cut short while the run reads it -------------------------------------------
 
+def open_fds_of(pid, path):
+    """How many file descriptors of process `pid` are open on `path` now."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return 0
+    n = 0
+    for fd in fds:
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}") == path
+        except OSError:
+            pass
+    return n
+
+
 def case_truncate_during_read(tmp):
-    """Samples of 4 MiB are memory-mapped. Freeze the run while it holds mappings of a
-    shard, cut the shard short, let it go on: every try must end with exit 1 and a message
-    naming the shard, never with SIGBUS."""
+    """Samples of 4 MiB. Mapped (--read-into-batch 0, the read path of jobs whose stages
+    read bytes): freeze the run while it holds mappings of a shard, cut the shard short, let
+    it go on. Read into the batch (the default): freeze it while it has the shard open, with
+    samples of it left unread in the data plane, and the same. Every try must end with exit 1
+    and a message naming the shard, never with SIGBUS or a short or zeroed sample."""
     exp = base.make(f"{tmp}/d", shards=2, samples=40, bytes=4 << 20, seed=31)
     src = f"{tmp}/d/shard-{{000000..000001}}.tar"
     env = dict(os.environ, SHARDYARD_CACHE_DIR=f"{tmp}/cache")
@@ -62,46 +79,54 @@ def case_truncate_during_read(tmp):
     check(p.returncode == 0, f"manifest build: {p.stderr}")
     victim = f"{tmp}/d/shard-000001.tar"
     shutil.copy(victim, f"{tmp}/victim.bak")
-    tries = 0
-    for attempt in range(8):
-        shutil.copy(f"{tmp}/victim.bak", victim)
-        os.utime(victim, ns=(os.stat(f"{tmp}/victim.bak").st_atime_ns,
-                             os.stat(f"{tmp}/victim.bak").st_mtime_ns))
-        p = shardyard("manifest", "build", "--source", src, env=env)
-        # One logical shard per source and chunks of one sample: the second worker maps the
-        # shard's samples one by one and queues them until the trainer takes them.
-        proc = subprocess.Popen([base.ARGS.shardyard, "run", "--source", src, "--workers", "2",
-                                 "--logical-shards", "2", "--chunk-items", "1",
-                                 "--batch-size", "2", "--json", "--dump-keys", f"{tmp}/dump"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # Several mappings at once: samples read ahead, waiting in the data plane to be
-        # copied into a batch (one alone may be a sample already copied, not yet released).
-        deadline = time.time() + 60
-        while time.time() < deadline and proc.poll() is None and mappings_of(proc.pid, victim) < 3:
-            time.sleep(0.001)
-        if proc.poll() is not None or mappings_of(proc.pid, victim) < 3:
-            proc.kill()
-            proc.communicate()
-            continue  # the run never held a mapping of the shard: not a try
-        proc.send_signal(signal.SIGSTOP)
-        with open(victim, "r+b") as f:
-            f.truncate(1 << 20)
-        proc.send_signal(signal.SIGCONT)
-        out, err = proc.communicate(timeout=120)
-        tries += 1
-        check(proc.returncode == 1,
-              f"try {attempt}: exit {proc.returncode} (a negative status is a signal: "
-              f"{-proc.returncode if proc.returncode < 0 else ''}); stderr {err[-300:]!r}")
-        check("shard-000001.tar" in err and "changed" in err,
-              f"try {attempt}: message does not name the changed shard: {err[-300:]!r}")
-        check("truncated" not in err, f"try {attempt}: a changed shard called truncated: {err!r}")
-        # What was delivered before the error is the shards' bytes (no zeros of a cut mapping).
-        rows = base.read_dump(f"{tmp}/dump", 1)[0]
-        bad = [r[2] for r in rows if exp["digests"].get(r[2]) != [r[4], r[3]]]
-        check(not bad, f"try {attempt}: {len(bad)} delivered samples with wrong bytes: {bad[:3]}")
-        if tries >= 3:
-            break
-    check(tries >= 3, f"only {tries} tries caught the run holding a mapping of the shard")
+    for mode, extra, held in [("mapped", ["--read-into-batch", "0"], mappings_of),
+                              ("into batch", [], open_fds_of)]:
+        tries = 0
+        for attempt in range(8):
+            shutil.copy(f"{tmp}/victim.bak", victim)
+            os.utime(victim, ns=(os.stat(f"{tmp}/victim.bak").st_atime_ns,
+                                 os.stat(f"{tmp}/victim.bak").st_mtime_ns))
+            p = shardyard("manifest", "build", "--source", src, env=env)
+            # One logical shard per source and chunks of one sample: the second worker reads
+            # the shard's samples one by one and queues them until the trainer takes them.
+            proc = subprocess.Popen([base.ARGS.shardyard, "run", "--source", src, "--workers",
+                                     "2", "--logical-shards", "2", "--chunk-items", "1",
+                                     "--batch-size", "2", "--json", "--dump-keys", f"{tmp}/dump",
+                                     *extra],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            # Mapped: several mappings at once (samples read ahead, waiting in the data plane
+            # to be copied into a batch; one alone may be a sample already copied, not yet
+            # released). Into the batch: the shard open (its samples are read when batched).
+            want = 3 if mode == "mapped" else 1
+            deadline = time.time() + 60
+            while time.time() < deadline and proc.poll() is None and held(proc.pid, victim) < want:
+                time.sleep(0.001)
+            if proc.poll() is not None or held(proc.pid, victim) < want:
+                proc.kill()
+                proc.communicate()
+                continue  # the run never held the shard: not a try
+            proc.send_signal(signal.SIGSTOP)
+            with open(victim, "r+b") as f:
+                f.truncate(1 << 20)
+            proc.send_signal(signal.SIGCONT)
+            out, err = proc.communicate(timeout=120)
+            tries += 1
+            what = f"{mode}, try {attempt}"
+            check(proc.returncode == 1,
+                  f"{what}: exit {proc.returncode} (a negative status is a signal: "
+                  f"{-proc.returncode if proc.returncode < 0 else ''}); stderr {err[-300:]!r}")
+            check("shard-000001.tar" in err and "changed" in err,
+                  f"{what}: message does not name the changed shard: {err[-300:]!r}")
+            check("truncated" not in err, f"{what}: a changed shard called truncated: {err!r}")
+            # What was delivered before the error is the shards' bytes (no zeros of a cut
+            # mapping, no short read).
+            rows = base.read_dump(f"{tmp}/dump", 1)[0]
+            bad = [r[2] for r in rows if exp["digests"].get(r[2]) != [r[4], r[3]]]
+            check(not bad, f"{what}: {len(bad)} delivered samples with wrong bytes: {bad[:3]}")
+            if tries >= 3:
+                break
+        check(tries >= 3, f"{mode}: only {tries} tries caught the run holding the shard")
 
 
 # ---- 2 and 9: slow servers, servers that ignore Range --------------------------------------

@@ -7,7 +7,8 @@
 //   5  a raw message on a Unix socket (unix_socket.h: header, bounds)
 //   6  a broadcast shard image (shm_shard.h), put in a memfd and opened
 // Beyond "no crash, no sanitizer report": accepted blocks and bodies re-encode to the very
-// same bytes, and every accepted field lies inside its region, its file or the data arena. Seeded
+// same bytes, and every accepted field lies inside its region, its file (mapped, or read:
+// sources 1 and 3 give a reader and their fields stay unread) or the data arena. Seeded
 // from tests/fuzz/transport_corpus (written by tests/io/transport/item_codec_test.cc).
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -40,6 +41,20 @@ void same_bytes(const Result<Frame>& f, std::string_view in, const char* what) {
   if (f.is_ok()) check(encode(*f) == in, what);
 }
 
+// A source's bytes as a file.
+class BytesFile : public FileReader {
+ public:
+  explicit BytesFile(const uint8_t (&bytes)[64 << 10]) : bytes_(bytes) {}
+  Status read(uint64_t offset, uint8_t* dst, size_t n) const override {
+    if (offset > sizeof bytes_ || n > sizeof bytes_ - offset) return corrupt("past the end");
+    std::memcpy(dst, bytes_ + offset, n);
+    return Status::ok();
+  }
+
+ private:
+  const uint8_t (&bytes_)[64 << 10];
+};
+
 void items(std::string_view in) {
   static uint8_t region[64 << 10];
   static uint8_t file[64 << 10];   // every source's bytes, for file ranges
@@ -48,8 +63,11 @@ void items(std::string_view in) {
   const FileRanges files = [](uint32_t source, uint64_t offset, uint64_t size) -> Result<FileView> {
     if (source >= 4 || offset > sizeof file || size > sizeof file - offset)
       return corrupt("past the end");
+    // Sources 1 and 3 are read, not mapped: their fields stay unread.
+    if (source % 2 == 1) return FileView{nullptr, nullptr, std::make_shared<BytesFile>(file)};
     return FileView{file + offset,
-                    file_bytes_owner(FileBytes{nullptr, file, sizeof file, source, 0})};
+                    file_bytes_owner(FileBytes{nullptr, file, sizeof file, source, 0, {}}),
+                    nullptr};
   };
   std::vector<Item> out;
   if (!decode_items(in, region, sizeof region, &out, "fuzz", &files, &arena_view).is_ok()) return;
@@ -59,6 +77,15 @@ void items(std::string_view in) {
     if (owner == nullptr && !item.owners.empty()) owner = file_bytes_of(item.owners[0]);
     plan.item_sources.push_back(owner == nullptr ? kNoSource : owner->source);
     for (const auto& f : item.fields) {
+      if (f.unread()) {
+        check(owner != nullptr && owner->reader != nullptr, "an unread field without a reader");
+        uint8_t last = 0;
+        check(owner->reader->read(f.file_offset + f.size - 1, &last, 1).is_ok(),
+              "an unread field outside its file");
+        plan.field_offsets.push_back(f.file_offset);
+        plan.field_places.push_back(kPlaceFile);
+        continue;
+      }
       const bool in_region = f.data >= region && f.data + f.size <= region + sizeof region;
       const bool in_file = f.data >= file && f.data + f.size <= file + sizeof file;
       const bool in_arena = f.data >= arena && f.data + f.size <= arena + sizeof arena;

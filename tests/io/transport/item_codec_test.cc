@@ -13,6 +13,7 @@
 #include "io/transport/shm_frames.h"
 #include "io/transport/shm_shard.h"
 #include "io/transport/unix_socket.h"
+#include "runtime/batch.h"
 
 namespace shardyard::io {
 namespace {
@@ -217,7 +218,7 @@ struct FakeFile {
   }();
   // An owner for bytes [from, from + n) of the file, as source `source`.
   std::shared_ptr<const void> owner(uint32_t source, uint64_t from, uint64_t n) const {
-    return file_bytes_owner(FileBytes{bytes, u8(*bytes) + from, n, source, from});
+    return file_bytes_owner(FileBytes{bytes, u8(*bytes) + from, n, source, from, {}});
   }
   const uint8_t* at(uint64_t offset) const { return u8(*bytes) + offset; }
 };
@@ -231,7 +232,7 @@ struct Ranges {
       calls.emplace_back(source, offset, size);
       if (source == 9) return io_error("shard nine: no such file");
       if (offset + size > file.bytes->size()) return corrupt("past the end");
-      return FileView{file.at(offset), std::make_shared<int>(1)};
+      return FileView{file.at(offset), std::make_shared<int>(1), nullptr};
     };
   }
 };
@@ -309,6 +310,86 @@ TEST(ItemCodec, LargeFieldsOfAMappedFileCrossAsFileRanges) {
   plan_payload(&only, 1, 64, &plan);
   EXPECT_EQ(plan.item_sources[0], kNoSource);
   EXPECT_EQ(plan.bytes, 2 * 100032u);
+}
+
+// The same file read through a FileReader, counting its reads.
+struct FakeFileReader : FileReader {
+  explicit FakeFileReader(const FakeFile& file) : file(file) {}
+  Status read(uint64_t offset, uint8_t* dst, size_t n) const override {
+    ++reads;
+    if (offset > file.bytes->size() || n > file.bytes->size() - offset)
+      return corrupt("past the end");
+    std::memcpy(dst, file.at(offset), n);
+    return Status::ok();
+  }
+  const FakeFile& file;
+  mutable int reads = 0;
+};
+
+// Unread fields (a worker that leaves large members for the batch to read) always cross
+// as file ranges, whatever their size; a loader whose FileRanges gives a reader instead of
+// a mapping keeps them unread, and build_batch reads them from the file.
+TEST(ItemCodec, UnreadFieldsCrossAsFileRangesAndStayUnreadWithAReader) {
+  FakeFile file;
+  auto reader = std::make_shared<FakeFileReader>(file);
+  std::vector<Item> items(2);
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item& it = items[i];
+    it.id = i;
+    it.key = "k" + std::to_string(i);
+    FileBytes bytes;
+    bytes.source = 2;
+    bytes.reader = reader;
+    it.owner = file_bytes_owner(std::move(bytes));
+    it.put_field(Field{"bin", nullptr, 1000 + 500 * i, 7000 + 300000 * i});  // unread
+    it.set_field("cls", std::to_string(i));                                  // copied
+  }
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan, 65536);
+  EXPECT_EQ(plan.item_sources, (std::vector<uint32_t>{2, 2}));
+  EXPECT_EQ(plan.field_places,
+            (std::vector<uint8_t>{kPlaceFile, kPlaceRegion, kPlaceFile, kPlaceRegion}));
+  EXPECT_EQ(plan.field_offsets[0], 7000u);
+  EXPECT_EQ(plan.field_offsets[2], 307000u);
+  EXPECT_EQ(payload_upper_bound(items[0], 64, 65536), 64u) << "only 'cls' takes room";
+  std::string region(plan.bytes, '\0');
+  copy_payload(plan, reinterpret_cast<uint8_t*>(region.data()));
+  ByteWriter w;
+  encode_items(items.data(), items.size(), plan, &w);
+
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> calls;
+  const FileRanges files = [&](uint32_t source, uint64_t offset,
+                               uint64_t size) -> Result<FileView> {
+    calls.emplace_back(source, offset, size);
+    return FileView{nullptr, nullptr, reader};
+  };
+  std::vector<Item> out;
+  ASSERT_TRUE(decode_items(w.out, u8(region), region.size(), &out, "t", &files).is_ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(calls[1], std::make_tuple(2u, uint64_t{307000}, uint64_t{1500}));
+  const Field* bin = out[1].field("bin");
+  ASSERT_NE(bin, nullptr);
+  EXPECT_TRUE(bin->unread());
+  EXPECT_EQ(bin->file_offset, 307000u);
+  EXPECT_EQ(bin->size, 1500u);
+  EXPECT_EQ(unread_reader(out[1]), reader.get());
+  EXPECT_EQ(reader->reads, 0) << "nothing is read before the batch";
+  out[0].owner = out[1].owner = std::make_shared<std::string>(region);  // the region's owner
+  auto pool = BufferPool::create();
+  auto batch = build_batch(out, 0, 0, 0, *pool);
+  ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+  EXPECT_EQ(reader->reads, 2);
+  EXPECT_EQ(batch->field("bin")->value(1),
+            std::string(reinterpret_cast<const char*>(file.at(307000)), 1500));
+  EXPECT_EQ(batch->field("cls")->value(1), "1");
+
+  // A FileRanges that gives neither bytes nor a reader is refused.
+  const FileRanges empty = [](uint32_t, uint64_t, uint64_t) -> Result<FileView> {
+    return FileView{};
+  };
+  out.clear();
+  EXPECT_EQ(decode_items(w.out, u8(region), region.size(), &out, "t", &empty).code(),
+            StatusCode::kCorrupt);
 }
 
 TEST(ItemCodec, OnlyAFileBytesOwnerMakesFileRanges) {
@@ -487,7 +568,8 @@ std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   ByteWriter block;
   encode_items(items.data(), items.size(), plan, &block);
   // The same items with their large fields named by file range (source 1).
-  for (auto& it : items) it.owner = file_bytes_owner(FileBytes{nullptr, u8(buf), buf.size(), 1, 0});
+  for (auto& it : items)
+    it.owner = file_bytes_owner(FileBytes{nullptr, u8(buf), buf.size(), 1, 0, {}});
   plan_payload(items.data(), items.size(), 64, &plan, 1024);
   ByteWriter file_block;
   encode_items(items.data(), items.size(), plan, &file_block);

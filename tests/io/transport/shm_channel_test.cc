@@ -528,7 +528,7 @@ const std::string& source_bytes() {
 
 Packet file_packet(int first, int n) {
   const auto* base = reinterpret_cast<const uint8_t*>(source_bytes().data());
-  auto owner = file_bytes_owner(FileBytes{nullptr, base, source_bytes().size(), 5, 0});
+  auto owner = file_bytes_owner(FileBytes{nullptr, base, source_bytes().size(), 5, 0, {}});
   Packet p;
   for (int i = first; i < first + n; ++i) {
     Item it;
@@ -558,7 +558,7 @@ TEST_F(ShmChannelTest, LargeFieldsOfAFileCrossAsRangesTheLoaderMaps) {
         ++mapped;
         if (source != 5 || offset + size > source_bytes().size()) return corrupt("bad range");
         const auto* at = reinterpret_cast<const uint8_t*>(source_bytes().data()) + offset;
-        return FileView{at, std::make_shared<int>(0)};
+        return FileView{at, std::make_shared<int>(0), nullptr};
       };
     auto ch = open_consumer(ends, o);
     ASSERT_TRUE(ch);
