@@ -31,6 +31,9 @@ StopSignals::StopSignals(std::function<void(int)> startup_exit)
 
 StopSignals::~StopSignals() {
   quit_ = true;
+  // Wake the watcher now rather than at its next tick: a signal sent to that thread alone
+  // (it has them blocked, so only its sigtimedwait takes it), which it drops as it quits.
+  pthread_kill(watcher_.native_handle(), SIGTERM);
   watcher_.join();
   sigset_t set = stop_set();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
@@ -44,10 +47,11 @@ void StopSignals::on_signal(std::function<void(int)> handler) {
 
 void StopSignals::watch() {
   const sigset_t set = stop_set();
-  // Wakes every 100 ms to notice quit_: the wait for a signal has a timeout too.
+  // Woken by the destructor to notice quit_; the wait for a signal has a timeout too.
   const timespec tick{0, 100 * 1000 * 1000};
   while (!quit_) {
     const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (quit_) break;        // the destructor's wake-up (or a signal as the run ends)
     if (sig <= 0) continue;  // timeout or EINTR
     if (received_ != 0) {
       static const char msg[] = "shardyard: second signal: exiting at once\n";
