@@ -65,6 +65,9 @@ SHAPES = {
                "--seed", "1"], [16, 32, 64]),
     "large": (["--shards", "32", "--samples-per-shard", "200", "--mean-bytes", "524288",
                "--seed", "2"], [8, 16, 32]),
+    # the shorter large set of bench/large_read_bench.py, where start-up weighs more
+    "large16": (["--shards", "16", "--samples-per-shard", "100", "--mean-bytes", "524288",
+                 "--seed", "2"], [16]),
 }
 CONFIGS = ["cat", "torch", "shardyard", "shardyard-cold"]
 LABELS = {
