@@ -224,7 +224,7 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
   SY_ASSIGN_OR_RETURN(auto f, file(source));
   if (unread_bytes_ > 0 && src.kind == SourceKind::kTar && !is_remote_uri(src.uri) &&
-      end - begin >= unread_bytes_ * (last - first))
+      (end - begin) / (last - first) >= unread_bytes_)
     return read_tar_unread(source, f, first, last, id, out);
   if (src.kind == SourceKind::kTar && end - begin >= map_threshold_) {
     auto mapped = f->map(begin, end - begin);
