@@ -697,6 +697,17 @@ def replace_block(text, begin, end, block):
     return text.rstrip("\n") + "\n\n" + block + "\n"
 
 
+def write_doc_block(begin, end, body, path=None):
+    """Puts `body` between the markers `begin` and `end` of docs/performance.md (at its end
+    when they are missing)."""
+    path = path or os.path.join(REPO, "docs", "performance.md")
+    with open(path) as f:
+        doc = f.read()
+    doc = replace_block(doc, begin, end, f"{begin}\n{body}\n{end}")
+    with open(path, "w") as f:
+        f.write(doc)
+
+
 # ---------------------------------------------------------------------------------------
 # profile: perf samples of `shardyard run`, bucketed by what the stack is doing
 

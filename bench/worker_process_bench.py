@@ -35,7 +35,6 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import run_bench as rb  # noqa: E402  (datasets, quiet wait, tree PSS, doc blocks)
 
@@ -174,14 +173,7 @@ def main():
     table = "\n".join(lines)
     print(table)
     if args.write_doc:
-        path = os.path.join(REPO, "docs", "performance.md")
-        with open(path) as f:
-            doc = f.read()
-        if BEGIN not in doc:
-            doc += f"\n{BEGIN}\n{END}\n"
-        doc = rb.replace_block(doc, BEGIN, END, f"{BEGIN}\n{table}\n{END}")
-        with open(path, "w") as f:
-            f.write(doc)
+        rb.write_doc_block(BEGIN, END, table)
     return 0
 
 
