@@ -144,7 +144,9 @@ StageFactory map_stage(MapFn fn);
 // adds fields, or only looks at keys) is registered with reads_bytes = false, as the
 // built-ins are: a job whose stages are all such types leaves large members of local tar
 // shards unread until the batch is built, and reads them straight into their columns
-// (Field::unread()). A stage registered as reading bytes never sees an unread field.
+// (Field::unread()). Such a stage may therefore get unread fields (no bytes in memory, only
+// their place in the file: Field::data is null); it must not read them. A stage registered
+// as reading bytes never sees an unread field.
 class StageRegistry {
  public:
   static StageRegistry& global();
