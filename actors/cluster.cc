@@ -138,7 +138,10 @@ Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
   jo.status = std::make_shared<StatusBoard>();
   jo.checkpoint_timeout_ms = options.checkpoint_timeout_ms;
   jo.max_sample_bytes = options.max_sample_bytes;
-  jo.read_into_batch_bytes = options.read_into_batch_bytes;
+  // Unread fields are read on the collator threads, several at once: only the default file
+  // system's files (pread) are known to allow that; a user FileSystemEnv's reads stay on the
+  // worker threads, where current_worker() says who reads.
+  jo.read_into_batch_bytes = &fs == &io::default_file_system() ? options.read_into_batch_bytes : 0;
   jo.fs = &fs;
   jo.clock = env->clock();
   jo.data_plane = env->new_data_plane();

@@ -120,8 +120,9 @@ struct LoaderOptions {
   uint64_t max_sample_bytes = kDefaultMaxSampleBytes;
   // Members of local tar shards at least this long are not read (nor mapped) by the workers
   // but read with one positioned read straight into their place in the batch's column, when
-  // no stage of the pipeline reads field bytes (StageRegistry::add's reads_bytes). Smaller
-  // members, and every member of a job whose stages read bytes, are read as before. 0: off.
+  // no stage of the pipeline reads field bytes (StageRegistry::add's reads_bytes) and the
+  // job reads through the default file system (not an Env's own). Smaller members, and every
+  // member of other jobs, are read as before. 0: off.
   uint64_t read_into_batch_bytes = kDefaultReadIntoBatchBytes;
   // false: scan the sources every time and write no cache; a cached manifest of these
   // sources that differs from the scan is removed.

@@ -1,10 +1,12 @@
 // The in-process test cluster: all roles as real CAF actors in one process.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <set>
 #include <thread>
 
+#include "actors/env.h"
 #include "actors/loader.h"
 #include "testdata.h"
 
@@ -68,6 +70,59 @@ TEST_F(ClusterTest, TwoRanksDeliverEverySampleOncePerEpoch) {
   all.insert(keys[1].begin(), keys[1].end());
   EXPECT_EQ(all.size(), 120u);
   EXPECT_EQ(keys[0].size() + keys[1].size(), 120u);
+}
+
+// A file system that counts the reads made outside a worker thread (current_worker() null).
+class ThreadCheckingFileSystem : public FileSystemWrapper {
+ public:
+  explicit ThreadCheckingFileSystem(FileSystem* target) : FileSystemWrapper(target) {}
+  std::atomic<uint64_t> reads{0}, outside{0};
+  Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto f, target()->open(uri));
+    return std::unique_ptr<RandomAccessFile>(new File(std::move(f), this));
+  }
+
+ private:
+  class File : public RandomAccessFile {
+   public:
+    File(std::unique_ptr<RandomAccessFile> f, ThreadCheckingFileSystem* fs)
+        : f_(std::move(f)), fs_(fs) {}
+    Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
+      ++fs_->reads;
+      if (current_worker() == nullptr) ++fs_->outside;
+      return f_->read_at(offset, dst, n);
+    }
+    uint64_t size() const override { return f_->size(); }
+    const std::string& uri() const override { return f_->uri(); }
+
+   private:
+    std::unique_ptr<RandomAccessFile> f_;
+    ThreadCheckingFileSystem* fs_;
+  };
+};
+
+// Large members are read into the batch (on collator threads) only from the default file
+// system: a user file system's reads all run on worker threads, as LoaderOptions::env says.
+TEST_F(ClusterTest, AUserFileSystemIsReadOnWorkerThreadsOnly) {
+  const std::string large = testing::make_dataset(tmp_.path() + "/big", 2, 6, 200000, 5);
+  ASSERT_FALSE(large.empty());
+  opt_.sources = {large};
+  opt_.plan.logical_shards = 2;
+  ThreadCheckingFileSystem fs(Env::Default()->file_system());
+  FileSystemEnv env(&fs);
+  opt_.env = &env;
+  {
+    auto loader = Loader::open(opt_);
+    ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+    const uint64_t before = fs.reads;  // the manifest scan (outside any worker)
+    const uint64_t outside_before = fs.outside;
+    ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+    Status error;
+    EXPECT_EQ(drain(**loader, &error).size(), 12u);
+    EXPECT_TRUE(error.is_ok()) << error.to_string();
+    EXPECT_GT(fs.reads.load(), before);
+    EXPECT_EQ(fs.outside.load(), outside_before) << "a read of the epoch outside a worker";
+  }
 }
 
 TEST_F(ClusterTest, SnapshotListsEveryRoleAndShutdownIsAcknowledged) {
