@@ -259,65 +259,21 @@ Status scan_tar(ByteStream& in, const std::string& source, const TarEntryFn& on_
   }
 }
 
-Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
-                        const std::string& source, const TarPayloadFn& on_entry) {
-  TarHeaderDecoder dec(source);
-  size_t pos = 0;
-  while (pos < len) {
-    uint64_t offset = base_offset + pos;
-    if (len - pos < kTarBlock)
-      return corrupt(at(source, offset) + ": truncated: partial tar header");
-    SY_ASSIGN_OR_RETURN(auto kind, dec.decode(data + pos, offset));
-    if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
-    pos += kTarBlock;
-    if (kind == TarHeaderDecoder::Kind::kSparseMap) continue;
-    uint64_t size =
-        kind == TarHeaderDecoder::Kind::kExtension ? dec.extension_size() : dec.entry().size;
-    uint64_t padded = (size + kTarBlock - 1) / kTarBlock * kTarBlock;
-    if (size > len - pos)
-      return corrupt(at(source, offset) + ": truncated: entry needs " + std::to_string(size) +
-                     " payload bytes, " + std::to_string(len - pos) + " left");
-    if (kind == TarHeaderDecoder::Kind::kExtension) {
-      SY_RETURN_IF_ERROR(
-          dec.extension_data(std::string_view(reinterpret_cast<const char*>(data + pos), size)));
-    } else {
-      SY_RETURN_IF_ERROR(on_entry(dec.entry(), data + pos));
-    }
-    pos += std::min<uint64_t>(padded, len - pos);
-  }
-  if (dec.pending())
-    return corrupt(at(source, base_offset + len) + ": data ends after an extension header");
-  return Status::ok();
-}
+namespace {
 
-Status walk_tar_range(const FileReader& file, uint64_t begin, uint64_t end,
-                      const std::string& source, uint64_t unread_bytes,
-                      const TarPayloadFn& on_entry) {
-  // What one positioned read fetches at least: the headers and small members that follow a
-  // large member (3 KiB for a sample's .cls and .json and the next sample's first header).
-  constexpr size_t kWindow = 4096;
-  std::vector<uint8_t> window;
-  uint64_t window_at = 0;
-  size_t window_len = 0;
-  // Bytes [pos, pos + n) of the file, n <= end - pos, from the window or a new read there.
-  auto bytes = [&](uint64_t pos, uint64_t n) -> Result<const uint8_t*> {
-    if (pos >= window_at && pos - window_at <= window_len && n <= window_len - (pos - window_at))
-      return window.data() + (pos - window_at);
-    const size_t want =
-        static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(n, kWindow), end - pos));
-    if (window.size() < want) window.resize(want);
-    SY_RETURN_IF_ERROR(file.read(pos, window.data(), want));
-    window_at = pos;
-    window_len = want;
-    return window.data();
-  };
+// The walk of parse_tar_buffer() and walk_tar_range(): the entries of archive bytes [begin,
+// end), whose bytes `fetch(pos, n)` gives (n <= end - pos, valid until the next call);
+// regular members of at least `unread_bytes` are handed out without their payload.
+template <typename Fetch>
+Status walk_entries(uint64_t begin, uint64_t end, const std::string& source, uint64_t unread_bytes,
+                    Fetch&& fetch, const TarPayloadFn& on_entry) {
   TarHeaderDecoder dec(source);
   uint64_t pos = begin;
   while (pos < end) {
     const uint64_t offset = pos;
     if (end - pos < kTarBlock)
       return corrupt(at(source, offset) + ": truncated: partial tar header");
-    SY_ASSIGN_OR_RETURN(const uint8_t* header, bytes(pos, kTarBlock));
+    SY_ASSIGN_OR_RETURN(const uint8_t* header, fetch(pos, kTarBlock));
     SY_ASSIGN_OR_RETURN(auto kind, dec.decode(header, offset));
     if (kind == TarHeaderDecoder::Kind::kZero) return Status::ok();
     pos += kTarBlock;
@@ -331,7 +287,7 @@ Status walk_tar_range(const FileReader& file, uint64_t begin, uint64_t end,
     if (!ext && dec.entry().regular && !dec.entry().sparse && size >= unread_bytes) {
       SY_RETURN_IF_ERROR(on_entry(dec.entry(), nullptr));
     } else {
-      SY_ASSIGN_OR_RETURN(const uint8_t* payload, bytes(pos, size));
+      SY_ASSIGN_OR_RETURN(const uint8_t* payload, fetch(pos, size));
       if (ext) {
         SY_RETURN_IF_ERROR(
             dec.extension_data(std::string_view(reinterpret_cast<const char*>(payload), size)));
@@ -343,6 +299,40 @@ Status walk_tar_range(const FileReader& file, uint64_t begin, uint64_t end,
   }
   if (dec.pending()) return corrupt(at(source, end) + ": data ends after an extension header");
   return Status::ok();
+}
+
+}  // namespace
+
+Status parse_tar_buffer(const uint8_t* data, size_t len, uint64_t base_offset,
+                        const std::string& source, const TarPayloadFn& on_entry) {
+  auto fetch = [&](uint64_t pos, uint64_t) -> Result<const uint8_t*> {
+    return data + (pos - base_offset);
+  };
+  return walk_entries(base_offset, base_offset + len, source, UINT64_MAX, fetch, on_entry);
+}
+
+Status walk_tar_range(const FileReader& file, uint64_t begin, uint64_t end,
+                      const std::string& source, uint64_t unread_bytes,
+                      const TarPayloadFn& on_entry) {
+  // What one positioned read fetches at least: the headers and small members that follow a
+  // large member (3 KiB for a sample's .cls and .json and the next sample's first header).
+  constexpr size_t kWindow = 4096;
+  std::vector<uint8_t> window;
+  uint64_t window_at = 0;
+  size_t window_len = 0;
+  // Bytes [pos, pos + n) of the file, from the window or a new read there.
+  auto fetch = [&](uint64_t pos, uint64_t n) -> Result<const uint8_t*> {
+    if (pos >= window_at && pos - window_at <= window_len && n <= window_len - (pos - window_at))
+      return window.data() + (pos - window_at);
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(n, kWindow), end - pos));
+    if (window.size() < want) window.resize(want);
+    SY_RETURN_IF_ERROR(file.read(pos, window.data(), want));
+    window_at = pos;
+    window_len = want;
+    return window.data();
+  };
+  return walk_entries(begin, end, source, unread_bytes, fetch, on_entry);
 }
 
 namespace {
