@@ -47,10 +47,19 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
     sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
   # tests/tsan.supp says why each suppression is there (all are inside CAF).
+  # Reports go to files (a test's harness keeps only the end of a process's stderr), and a
+  # failed run ends with a digest of them (scripts/sanitizer_digest.py).
+  tsan_reports="$SY_ROOT/build-tsan/tsan-reports"
+  rm -rf "$tsan_reports" && mkdir -p "$tsan_reports"
+  tsan_rc=0
   (cd "$SY_ROOT/build-tsan" && \
-    TSAN_OPTIONS="halt_on_error=1 history_size=7 demangle=0 second_deadlock_stack=1 suppressions=$SY_ROOT/tests/tsan.supp" \
+    TSAN_OPTIONS="halt_on_error=1 history_size=7 demangle=0 second_deadlock_stack=1 suppressions=$SY_ROOT/tests/tsan.supp log_path=$tsan_reports/report" \
     ctest --output-on-failure -j "$SY_JOBS" --timeout 900 \
-    -R '^(actors_|io_data_plane_test|io_route_test|e2e\.)')
+    -R '^(actors_|io_data_plane_test|io_route_test|e2e\.)') || tsan_rc=$?
+  if [ "$tsan_rc" -ne 0 ]; then
+    python3 "$SY_ROOT/scripts/sanitizer_digest.py" "$tsan_reports"
+    exit "$tsan_rc"
+  fi
   echo "== ThreadSanitizer part took $(( $(date +%s) - tsan_start )) s"
 fi
 
