@@ -56,12 +56,28 @@ LogicalShards make_logical_shards(const Manifest& m, const ItemIndex& index, uin
   return LogicalShards(index.num_items(), count);
 }
 
+uint64_t held_bytes(const Manifest& m) {
+  uint64_t n = 0;
+  for (const auto& s : m.sources) {
+    if (s.kind == SourceKind::kRecords) {
+      n += s.windows * m.window_payload_bytes();
+      continue;
+    }
+    // A tar sample's range holds its members' headers and padding besides their bytes; a
+    // directory's range counts files, not bytes.
+    const bool ranges_are_bytes = s.kind == SourceKind::kTar || s.kind == SourceKind::kTarGz;
+    for (const auto& e : s.samples)
+      n += ranges_are_bytes ? std::max(e.end - e.begin, e.payload_bytes) : e.payload_bytes;
+  }
+  return n;
+}
+
 uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards) {
   uint64_t n = m.num_samples();
   if (n == 0) return 1;
-  uint64_t avg = std::max<uint64_t>(1, m.payload_bytes() / n);
+  const uint64_t per_item = held_bytes(m) / n + kItemCostBytes;
   uint64_t target = std::max<uint64_t>(64 << 10, (8ull << 20) / std::max(1u, logical_shards));
-  return static_cast<uint32_t>(std::clamp<uint64_t>(target / avg, 1, 8192));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(target / per_item, 1, 8192));
 }
 
 std::vector<uint32_t> assign_contiguous(const std::vector<ShardInfo>& shards, uint32_t parts) {

@@ -97,11 +97,19 @@ uint32_t default_logical_shards(const Manifest& m);
 // function of (manifest, L), so a resumed job gets the same shards.
 LogicalShards make_logical_shards(const Manifest& m, const ItemIndex& index, uint32_t count);
 
-// Default shuffle-block size: about max(64 KiB, 8 MiB / L) of payload per chunk (at least
-// one item). A worker holds one open chunk per logical shard it serves, so a rank holds
-// about 8 MiB / R of open chunks (plus tar headers, and at least one item per shard)
-// whatever the dataset's size. Small chunks also keep the copies in cache; mixing comes
-// from interleaving the logical shards item by item (docs/sharding.md).
+// What an open chunk holds per item besides its bytes: the decoded Item (key, fields,
+// owners), about 160 bytes with one field, plus the allocator's share.
+inline constexpr uint64_t kItemCostBytes = 256;
+// The bytes a worker holds for the manifest's items while their chunks are open: each tar
+// sample's byte range (its members with their headers and padding), each other sample's
+// payload, each window's payload.
+uint64_t held_bytes(const Manifest& m);
+// Default shuffle-block size: about max(64 KiB, 8 MiB / L) of what items cost per chunk
+// (held_bytes() / N + kItemCostBytes each; at least one item, at most 8192). A worker holds
+// one open chunk per logical shard it serves, so a rank holds about 8 MiB / R of open chunks
+// (at least one item per shard) whatever the dataset's size and however small its samples.
+// Small chunks also keep the copies in cache; mixing comes from interleaving the logical
+// shards item by item (docs/sharding.md).
 uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards);
 
 // What a sharding strategy sees of one logical shard.

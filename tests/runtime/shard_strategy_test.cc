@@ -288,5 +288,38 @@ TEST(Defaults, ChunkItemsShrinkWithPayloadAndStayInRange) {
   }
   EXPECT_EQ(previous, 1u) << "a 100 MB sample is its own chunk";
 }
+
+// Tiny samples: what a chunk holds is each sample's range of the tar (header and padding
+// included) and its decoded item, not its payload, so a chunk of 8-byte samples is about
+// 100 items (128 KiB at L = 64), not 8192 (when an open chunk per logical shard held every
+// item of a 200,000-sample dataset at once).
+TEST(Defaults, ChunkItemsCountWhatAnItemHolds) {
+  Manifest m = make_manifest({3000, 3000});  // tar ranges of 1024 bytes
+  for (auto& s : m.sources)
+    for (auto& e : s.samples) e.payload_bytes = 8;
+  EXPECT_EQ(held_bytes(m), 6000u * 1024);
+  const uint64_t target = 128 << 10;  // 8 MiB / 64
+  EXPECT_EQ(default_chunk_items(m, 64), target / (1024 + kItemCostBytes));
+  // A directory's ranges are file indices: its samples count their payload.
+  for (auto& s : m.sources) {
+    s.kind = SourceKind::kDirectory;
+    for (auto& e : s.samples) e.payload_bytes = 4096;
+  }
+  EXPECT_EQ(held_bytes(m), 6000u * 4096);
+  EXPECT_EQ(default_chunk_items(m, 64), target / (4096 + kItemCostBytes));
+  // Windows: their payload (x plus y), as a batch copies them: 4 months of 1.5 KiB windows
+  // take 2 MiB / (1536 + 256) windows per chunk.
+  Manifest w;
+  w.windows = make_window_spec(24, 1, 0, false, 64);
+  for (int i = 0; i < 4; ++i) {
+    SourceEntry src;
+    src.kind = SourceKind::kRecords;
+    src.records = 1023;
+    src.windows = 1000;
+    w.sources.push_back(src);
+  }
+  EXPECT_EQ(held_bytes(w), 4000u * 1536);
+  EXPECT_EQ(default_chunk_items(w, 4), (2u << 20) / (1536 + kItemCostBytes));
+}
 }  // namespace
 }  // namespace shardyard
