@@ -4,9 +4,10 @@
 scripts/test.sh runs the ThreadSanitizer part with log_path=FOLDER/report, so every process
 that reports writes FOLDER/report.PID instead of its stderr (where a test's harness would keep
 only the last lines of it, and a CI log only the last lines of the run). After a failed run
-this prints, for each report file: the report's header lines whole and, of each stack, the
-first frames demangled with file:line, so the two racing accesses and the threads involved
-fit on one screen.
+this prints, for each report of a race (or a lock inversion, ...): the report's header
+lines whole and, of each stack, the first frames demangled with file:line, so the two
+racing accesses and the threads involved fit on one screen; then the summary line of each
+other report (a deadly signal, as in the tests that crash a stage on purpose).
 
 Usage: scripts/sanitizer_digest.py FOLDER [--frames N] [--max-lines N]
 """
@@ -77,10 +78,21 @@ def main():
         with open(path, errors="replace") as f:
             mangled.update(m.group(2) for m in map(FRAME.match, f) if m)
     names = demangle(sorted(mangled))
-    out = [f"== {len(files)} sanitizer report file(s) in {args.folder}:"]
+    # Race reports first, in full; the others (a deadly signal, as in the tests that crash a
+    # stage on purpose) by their summary line.
+    races, others = [], []
     for path in files:
+        with open(path, errors="replace") as f:
+            text = f.read()
+        (races if "WARNING: ThreadSanitizer" in text else others).append((path, text))
+    out = [f"== {len(files)} sanitizer report file(s) in {args.folder}:"]
+    for path, _ in races:
         out.append(f"-- {os.path.basename(path)}")
         out.extend(digest(path, args.frames, names))
+    for path, text in others:
+        summary = [line for line in text.splitlines() if line.startswith("SUMMARY:")]
+        out.append(f"-- {os.path.basename(path)}: " +
+                   short(summary[-1] if summary else "no summary line", 200))
     if len(out) > args.max_lines:
         out = out[:args.max_lines] + [f"... ({len(out) - args.max_lines} more lines in the files)"]
     print("\n".join(out))

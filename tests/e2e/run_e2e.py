@@ -26,6 +26,19 @@ def check(cond, what):
         print("FAIL:", what, file=sys.stderr)
 
 
+def excerpt(text, tail=1500, errors=12):
+    """The end of a process's output, preceded by its earlier lines that say "error" or
+    "failed" (at most `errors` of them): under a launcher such as torchrun, a rank's own
+    error comes long before the launcher's traceback that fills the end."""
+    if len(text) <= tail:
+        return text
+    head, end = text[:-tail], text[-tail:]
+    said = [line for line in head.splitlines()
+            if "error" in line.lower() or "failed" in line.lower()][:errors]
+    return ("[earlier lines that report an error]\n" + "\n".join(said) + "\n[...]\n"
+            if said else "[...]\n") + end
+
+
 def make(out, **kw):
     cmd = [sys.executable, os.path.join(HERE, "make_dataset.py"), "--out", out]
     for k, v in kw.items():

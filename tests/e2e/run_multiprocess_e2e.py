@@ -86,7 +86,7 @@ def exactly_once(pieces, exp, epochs, what):
 
 
 def ok(p, what):
-    check(p.returncode == 0, f"{what}: exit {p.returncode}\n{p.stderr[-1500:]}")
+    check(p.returncode == 0, f"{what}: exit {p.returncode}\n{base.excerpt(p.stderr)}")
 
 
 def leftovers(marker):
