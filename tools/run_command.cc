@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "device_check.h"
 #include "dump_keys.h"
+#include "io/persist/checkpoint_store.h"
 #include "io/remote/http_client.h"
 #include "json_text.h"
 #include "run_stop.h"
@@ -406,6 +407,15 @@ int run(RunArgs args, Env* env) {
       return dir.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
     args.resume_dir = *dir;
+  }
+  // A checkpoint fixes the shuffle block of its job. Resuming one without --chunk-items takes
+  // the block it was saved with (a value given then, or the default of the binary that saved
+  // it), so a changed default does not strand checkpoints; a different --chunk-items is still
+  // refused by restore(). A checkpoint that cannot be read is left to restore() to report.
+  if (!args.resume_dir.empty() && args.chunk_items == 0) {
+    FileSystem* fs = (env != nullptr ? env : Env::Default())->file_system();
+    auto saved = io::load_checkpoint(*fs, args.resume_dir);
+    if (saved.is_ok()) opt.plan.chunk_items = saved->manifest.job.chunk_items;
   }
   if (!args.dump_dir.empty()) {
     // Files of ranks beyond the world are an earlier run's; the other ranks' are theirs.

@@ -93,6 +93,31 @@ def case_resume_same_topology(tmp):
         check_pieces_exactly_once([a, b_rows], exp, 0, what)
 
 
+def case_resume_keeps_chunk(tmp):
+    """A checkpoint keeps its shuffle block: resumed without --chunk-items, a run saved with
+    --chunk-items 5 goes on with 5 and delivers what the uninterrupted run delivers (as a
+    checkpoint saved by a binary with another default chunk size does); resumed with another
+    --chunk-items, it is refused, both values named."""
+    exp = base.make(os.path.join(tmp, "d"), shards=6, samples=70, uneven=True, bytes=300)
+    src = os.path.join(tmp, "d", "shard-{000000..000005}.tar")
+    r, w, b, stop = 2, 2, 8, 6
+    flags = plan_flags() + ["--epochs", 2]
+    full, _ = run_piece(src, tmp, "full", r, w, b, *flags, "--chunk-items", 5)
+    ck = os.path.join(tmp, "ck")
+    a, _ = run_piece(src, tmp, "a", r, w, b, *flags, "--chunk-items", 5, "--checkpoint-dir", ck,
+                     "--stop-after-steps", stop)
+    rest, sr = run_piece(src, tmp, "b", r, w, b, *flags, "--resume", ck)
+    check(sr["resumed"]["step"] == stop, f"resumed at {sr['resumed']}")
+    for rank in range(r):
+        check(a[rank] + rest[rank] == full[rank],
+              f"rank {rank}: stop+resume without --chunk-items differs from the run with 5")
+    check_pieces_exactly_once([a, rest], exp, 0, "resumed without --chunk-items")
+    p, _ = base.run(src, "--ranks", r, "--workers", w, "--batch-size", b, *flags,
+                    "--chunk-items", 6, "--resume", ck, expect_ok=False)
+    check(p.returncode == 1 and "shuffle block" in p.stderr and "5" in p.stderr
+          and "6" in p.stderr, f"another --chunk-items: exit {p.returncode}: {p.stderr[-300:]}")
+
+
 def case_rescale(tmp):
     """Other ranks and workers: exactly once over both runs; later epochs as a fresh run."""
     exp = base.make(os.path.join(tmp, "d"), shards=7, samples=60, uneven=True)
