@@ -35,28 +35,27 @@ def short(name, limit):
     return name if len(name) <= limit else name[:limit - 3] + "..."
 
 
-def digest(path, frames, names):
-    """The lines of one report file: headers whole, the first `frames` frames of each stack."""
+def digest(text, frames, names):
+    """The lines of one report: headers whole, the first `frames` frames of each stack."""
     lines = []
     shown = 0
-    with open(path, errors="replace") as f:
-        for raw in f:
-            line = re.sub(r" \(BuildId: [0-9a-f]+\)", "", raw.rstrip("\n"))
-            m = FRAME.match(line)
-            if m is None:
-                shown = 0
-                if line.strip() and not line.startswith("=="):
-                    lines.append(short(line, 200))
-                continue
-            shown += 1
-            if shown > frames:
-                continue
-            where = m.group(3)
-            # "/path/to/file.cc:12:3 (module+0x1)": keep the file's name and the module's.
-            where = re.sub(r"(\S*/)([^/\s]+:\d+)(:\d+)?", r"\2", where)
-            where = re.sub(r"\((?:\S*/)?([^/\s]+?)\+0x[0-9a-f]+\)", r"(\1)", where)
-            lines.append(f"    #{m.group(1)} {short(names.get(m.group(2), m.group(2)), 110)} "
-                         f"{where}")
+    for raw in text.splitlines():
+        line = re.sub(r" \(BuildId: [0-9a-f]+\)", "", raw)
+        m = FRAME.match(line)
+        if m is None:
+            shown = 0
+            if line.strip() and not line.startswith("=="):
+                lines.append(short(line, 200))
+            continue
+        shown += 1
+        if shown > frames:
+            continue
+        where = m.group(3)
+        # "/path/to/file.cc:12:3 (module+0x1)": keep the file's name and the module's.
+        where = re.sub(r"(\S*/)([^/\s]+:\d+)(:\d+)?", r"\2", where)
+        where = re.sub(r"\((?:\S*/)?([^/\s]+?)\+0x[0-9a-f]+\)", r"(\1)", where)
+        lines.append(f"    #{m.group(1)} {short(names.get(m.group(2), m.group(2)), 110)} "
+                     f"{where}")
     return lines
 
 
@@ -73,22 +72,20 @@ def main():
     if not files:
         print(f"== no sanitizer report in {args.folder}")
         return 0
-    mangled = set()
+    reports = []
     for path in files:
         with open(path, errors="replace") as f:
-            mangled.update(m.group(2) for m in map(FRAME.match, f) if m)
-    names = demangle(sorted(mangled))
+            reports.append((path, f.read()))
+    names = demangle(sorted({m.group(2) for _, text in reports
+                             for m in map(FRAME.match, text.splitlines()) if m}))
     # Race reports first, in full; the others (a deadly signal, as in the tests that crash a
     # stage on purpose) by their summary line.
-    races, others = [], []
-    for path in files:
-        with open(path, errors="replace") as f:
-            text = f.read()
-        (races if "WARNING: ThreadSanitizer" in text else others).append((path, text))
+    races = [(p, t) for p, t in reports if "WARNING: ThreadSanitizer" in t]
+    others = [(p, t) for p, t in reports if "WARNING: ThreadSanitizer" not in t]
     out = [f"== {len(files)} sanitizer report file(s) in {args.folder}:"]
-    for path, _ in races:
+    for path, text in races:
         out.append(f"-- {os.path.basename(path)}")
-        out.extend(digest(path, args.frames, names))
+        out.extend(digest(text, args.frames, names))
     for path, text in others:
         summary = [line for line in text.splitlines() if line.startswith("SUMMARY:")]
         out.append(f"-- {os.path.basename(path)}: " +
