@@ -34,7 +34,6 @@ struct Fixture {
     for (uint32_t s = 0; s < kSources; ++s) {
       SourceEntry src;
       src.uri = "/data/train-" + std::to_string(s) + ".tar";
-      src.samples.reserve(kSamples);
       for (uint32_t i = 0; i < kSamples; ++i) {
         std::snprintf(key, sizeof key, "s%06u_%06u", s, i);
         SampleEntry e;

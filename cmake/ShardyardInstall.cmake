@@ -26,6 +26,7 @@ set(SY_PUBLIC_HEADERS
   runtime/item.h=item.h
   runtime/batch.h=batch.h
   runtime/window.h=window.h
+  runtime/sample_table.h=sample_table.h
   runtime/manifest.h=manifest.h
   runtime/pipeline.h=pipeline.h
   runtime/pipeline_cut.h=pipeline_cut.h

@@ -117,12 +117,12 @@ uint64_t compute_fingerprint(const Manifest& m) {
 // ---- encoding ----------------------------------------------------------------------------
 // Layout (all integers little-endian):
 //   magic "SYMANIF\0" (8) | u32 version | u32 flags (0) | u64 body_size | body | u64 checksum
-// checksum = Hasher over body. body (version 2):
+// checksum = Hasher over body. body (version 3):
 //   u64 fingerprint | u8 strict_members | u64 num_sources | per source:
 //     str uri | u8 kind | u64 size_bytes | i64 mtime_ns | i64 ctime_ns | u64 inode |
 //     u64 files_digest | u8 damaged | u64 damaged_at | str damage | u64 members_skipped |
-//     u64 num_files | str file... | u64 num_samples |
-//     per sample: str key | u64 begin | u64 end | u64 payload_bytes
+//     u64 num_files | str file... | u64 num_samples | u64 table_bytes |
+//     table: the samples as SampleTable packs them (runtime/sample_table.h)
 //   str = u32 length + bytes; a u8 flag is 0 or 1.
 
 namespace {
@@ -199,11 +199,10 @@ struct Reader {
   }
 };
 
-// The smallest encodings of a source, a file name and a sample: a count larger than the
+// The smallest encodings of a source and of a file name: a count larger than the
 // body divided by these is damage, refused before anything is allocated for it.
-constexpr uint64_t kMinSourceBytes = 4 + 1 + 8 + 8 + 8 + 8 + 8 + 1 + 8 + 4 + 8 + 8 + 8;
+constexpr uint64_t kMinSourceBytes = 4 + 1 + 8 + 8 + 8 + 8 + 8 + 1 + 8 + 4 + 8 + 8 + 8 + 8;
 constexpr uint64_t kMinFileBytes = 4;
-constexpr uint64_t kMinSampleBytes = 4 + 8 + 8 + 8;
 
 }  // namespace
 
@@ -227,12 +226,8 @@ std::string encode_manifest(const Manifest& m, bool checksum) {
     body.u64(s.files.size());
     for (const auto& f : s.files) body.str(f);
     body.u64(s.samples.size());
-    for (const auto& e : s.samples) {
-      body.str(e.key);
-      body.u64(e.begin);
-      body.u64(e.end);
-      body.u64(e.payload_bytes);
-    }
+    body.u64(s.samples.encoded().size());
+    body.out.append(s.samples.encoded());
   }
   return end_envelope(std::move(body), checksum);
 }
@@ -275,6 +270,9 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
                    "); rebuild the manifest (shardyard manifest build)");
   if (body_size > total_bytes || total_bytes - 24 < body_size + 8)
     return corrupt(name + ": manifest is truncated (" + std::to_string(total_bytes) + " bytes)");
+  if (total_bytes - 24 - 8 > body_size)
+    return corrupt(name + ": manifest has " + std::to_string(total_bytes - 32 - body_size) +
+                   " bytes after its checksum");
 
   // Decode while reading; the checksum after the body is checked before anything decoded
   // is returned, so a damaged file never yields a manifest.
@@ -336,17 +334,10 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
       return settle(corrupt(name + ": manifest file count is implausible"));
     s.files.resize(nf);
     for (auto& f : s.files) f = r.str();
-    auto ns = r.uint(8);
-    if (ns > body_size / kMinSampleBytes)
-      return settle(corrupt(name + ": manifest sample count is implausible"));
-    s.samples.resize(ns);
-    for (auto& e : s.samples) {
-      e.key = r.str();
-      e.begin = r.uint(8);
-      e.end = r.uint(8);
-      e.payload_bytes = r.uint(8);
-    }
-    if (r.failed) break;
+    const uint64_t ns = r.uint(8), table_bytes = r.uint(8);
+    if (table_bytes > body_size || !r.need(static_cast<size_t>(table_bytes))) break;
+    if (!SampleTable::decode(std::string(r.take(static_cast<size_t>(table_bytes))), ns, &s.samples))
+      return settle(corrupt(name + ": manifest sample table is malformed"));
   }
   if (!r.io.is_ok()) return Status(r.io.code(), name + ": " + r.io.message());
   if (r.failed || !r.done() || bad_flag)

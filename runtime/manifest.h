@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/sample_table.h"
 #include "runtime/status.h"
 #include "runtime/window.h"
 
@@ -39,13 +40,6 @@ enum class SourceKind : uint8_t {
 };
 const char* source_kind_name(SourceKind kind);
 
-struct SampleEntry {
-  std::string key;
-  uint64_t begin = 0;  // first byte of the sample's first member header (tar), or file index
-  uint64_t end = 0;    // one past the sample's last member incl. padding, or file index
-  uint64_t payload_bytes = 0;  // sum of the sample's field sizes
-};
-
 struct SourceEntry {
   std::string uri;  // as given by the user after pattern expansion
   SourceKind kind = SourceKind::kTar;
@@ -60,7 +54,7 @@ struct SourceEntry {
   int64_t ctime_ns = 0;
   uint64_t inode = 0;
   uint64_t files_digest = 0;
-  std::vector<SampleEntry> samples;
+  SampleTable samples;             // packed (runtime/sample_table.h)
   std::vector<std::string> files;  // kDirectory only: member files relative to uri, sorted
   // kRecords only: size_bytes / record_bytes, and how many windows the source yields
   // (window_count() with the next source's records).
@@ -139,8 +133,9 @@ using ManifestSource = std::function<Result<size_t>(char* dst, size_t n)>;
 Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
                                  const std::string& name, bool verify = true);
 
-// Version 2 added members_skipped, strict_members, ctime_ns, inode and files_digest.
-// Version 1 files are refused (as stale: a cache rebuilds them), never read with defaults.
-inline constexpr uint32_t kManifestFormatVersion = 2;
+// Version 2 added members_skipped, strict_members, ctime_ns, inode and files_digest;
+// version 3 stores each source's samples as SampleTable packs them. Older files are refused
+// (as stale: a cache rebuilds them), never read with defaults.
+inline constexpr uint32_t kManifestFormatVersion = 3;
 
 }  // namespace shardyard

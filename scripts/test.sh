@@ -70,7 +70,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
   cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz \
-    window_fuzz transport_fuzz net_fuzz net_corpus_writer worker_frame_fuzz
+    manifest_fuzz window_fuzz transport_fuzz net_fuzz net_corpus_writer worker_frame_fuzz
   # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus (a folder of tests/fuzz,
   # or an absolute path) for a bounded time.
   # Findings go to build-fuzz/artifacts/TARGET/ (never the repository root); a finding
@@ -96,6 +96,8 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   sy_fuzz http_fuzz http_corpus "${SY_FUZZ_HTTP_SECONDS:-20}"
   echo "== fuzz the checkpoint formats (libFuzzer, bounded)"
   sy_fuzz checkpoint_fuzz checkpoint_corpus "${SY_FUZZ_CHECKPOINT_SECONDS:-20}"
+  echo "== fuzz the manifest format and its packed sample tables (libFuzzer, bounded)"
+  sy_fuzz manifest_fuzz manifest_corpus "${SY_FUZZ_MANIFEST_SECONDS:-20}"
   echo "== fuzz the window spec parser and window math (libFuzzer, bounded)"
   sy_fuzz window_fuzz window_corpus "${SY_FUZZ_WINDOW_SECONDS:-10}"
   echo "== fuzz the shared-memory data plane's decoders (libFuzzer, bounded)"

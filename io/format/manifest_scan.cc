@@ -108,6 +108,7 @@ class SampleGrouper {
 
   void finish() {
     flush();
+    out_->samples.shrink_to_fit();
     if (damages_ > 1) out_->damage += " (and " + std::to_string(damages_ - 1) + " more)";
   }
 
@@ -117,7 +118,7 @@ class SampleGrouper {
            "'";
   }
   void flush() {
-    if (has_current_ && !bad_) out_->samples.push_back(std::move(current_));
+    if (has_current_ && !bad_) out_->samples.push_back(current_);
     has_current_ = false;
   }
   void note(uint64_t at, const std::string& message) {

@@ -109,10 +109,10 @@ Status check_windows(const Manifest& m, uint64_t max) {
 }
 
 Status check_samples(const SourceEntry& src, uint64_t first, uint64_t last, uint64_t max) {
-  for (uint64_t s = first; s < last; ++s) {
-    const uint64_t bytes = sample_bytes(src, src.samples[s]);
-    if (bytes > max)
-      return too_large(src.uri + ": sample '" + src.samples[s].key + "'", bytes, max);
+  auto at = src.samples.iterator_at(first);
+  for (uint64_t s = first; s < last; ++s, ++at) {
+    const uint64_t bytes = sample_bytes(src, *at);
+    if (bytes > max) return too_large(src.uri + ": sample '" + at->key + "'", bytes, max);
   }
   return Status::ok();
 }
@@ -341,6 +341,7 @@ Status SampleReader::parse(uint32_t source, const std::function<Status(const Tar
     }
   };
   uint64_t sample = first;
+  auto want_at = src.samples.iterator_at(first);  // at `sample`; decoded once each
   Item* cur = nullptr;
   uint64_t cur_end = 0;  // where the current sample's byte range ends
   auto mismatch = [&](uint64_t offset, const std::string& what) {
@@ -364,7 +365,7 @@ Status SampleReader::parse(uint32_t source, const std::function<Status(const Tar
     // Between samples lie the members in no sample of the manifest: skipped ones, and
     // a sample dropped as damaged under --on-corrupt skip.
     if (sample >= last) return mismatch(e.start_offset, "more samples than expected");
-    const auto& want = src.samples[sample];
+    const SampleEntry& want = *want_at;
     if (e.start_offset < want.begin) return Status::ok();
     auto kf = e.regular && !e.sparse ? split_key(e.path) : std::nullopt;
     if (e.start_offset != want.begin || !kf || kf->key != want.key)
@@ -377,6 +378,7 @@ Status SampleReader::parse(uint32_t source, const std::function<Status(const Tar
     cur->owner = owner;
     cur->fields.reserve(4);
     ++sample;
+    ++want_at;
     add_field(cur, std::move(kf->field), e, payload);
     return Status::ok();
   });
@@ -453,8 +455,9 @@ Status SampleReader::read_records(uint32_t source, uint64_t first, uint64_t last
 Status SampleReader::read_dir(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                               std::vector<Item>* out) {
   const auto& src = manifest_->sources[source];
-  for (uint64_t s = first; s < last; ++s) {
-    const auto& e = src.samples[s];
+  auto at = src.samples.iterator_at(first);
+  for (uint64_t s = first; s < last; ++s, ++at) {
+    const SampleEntry& e = *at;
     Item item;
     item.id = id + (s - first);
     item.key = e.key;

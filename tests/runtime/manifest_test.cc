@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 
 #include "runtime/hash.h"
+#include "test_manifest.h"
 
 namespace shardyard {
 namespace {
@@ -256,6 +259,57 @@ TEST(ManifestFormat, RejectsAStructurallyBadBodyWithAValidChecksum) {
   EXPECT_NE(r.status().message().find("implausible"), std::string::npos) << r.status().message();
 }
 
+// The packed sample table behind a valid checksum: a table byte changed anywhere (a varint
+// made longer than its data, a key prefix longer than the key before it, a range pointing
+// elsewhere) is refused or decodes to another, consistent manifest whose fingerprint then
+// does not match, never a read out of bounds. The name of the fault is the table's.
+TEST(ManifestFormat, RefusesADamagedSampleTableBehindAValidChecksum) {
+  const std::string bytes = encode_manifest(sample_manifest());
+  const size_t body_size = bytes.size() - 32;
+  // The first source's table: its bytes follow its u64 sample count and u64 table size.
+  const Manifest m = sample_manifest();
+  const std::string& table = m.sources[0].samples.encoded();
+  const size_t at = bytes.find(table);
+  ASSERT_NE(at, std::string::npos);
+  bool named = false;
+  for (size_t i = at; i < at + table.size(); ++i) {
+    for (unsigned char v : {0x00, 0x7f, 0x80, 0xff}) {
+      std::string bad = bytes;
+      if (bad[i] == static_cast<char>(v)) continue;
+      bad[i] = static_cast<char>(v);
+      auto r = decode_manifest(reseal(bad, body_size), kName);
+      expect_corrupt(r, "table byte " + std::to_string(i - at) + " set to " + std::to_string(v));
+      named = named || r.status().message().find("sample table is malformed") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(named) << "no damage was named as the table's";
+}
+
+// A file longer than its envelope says is damage too, not extra bytes to ignore.
+TEST(ManifestFormat, RejectsBytesAfterTheChecksum) {
+  const std::string bytes = encode_manifest(sample_manifest()) + "x";
+  auto r = decode_manifest(bytes, kName);
+  expect_corrupt(r, "a byte after the checksum");
+  EXPECT_NE(r.status().message().find("1 bytes after its checksum"), std::string::npos)
+      << r.status().message();
+  expect_corrupt(decode_manifest(bytes, kName, false), "a byte after the checksum, unverified");
+}
+
+// The fuzzer's seeds (tests/fuzz/manifest_corpus, written by `shardyard manifest build`) are
+// manifests of this format: when the format changes, write them again.
+TEST(ManifestFormat, TheFuzzSeedsAreCurrentManifests) {
+  for (const char* name : {"one_tar", "two_tars_blocks", "directory"}) {
+    const std::string path = std::string(SY_SOURCE_DIR) + "/tests/fuzz/manifest_corpus/" + name;
+    std::ifstream in(path, std::ios::binary);
+    ASSERT_TRUE(in) << path;
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto r = decode_manifest(bytes, path);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string()
+                           << " (rewrite the seeds with `shardyard manifest build`)";
+    EXPECT_EQ(encode_manifest(*r), bytes) << path;
+  }
+}
+
 // A source kind byte outside SourceKind must not decode into a manifest: readers would
 // treat the unknown kind as a plain tar.
 TEST(ManifestFormat, RejectsAnUnknownSourceKind) {
@@ -274,10 +328,18 @@ TEST(Fingerprint, ChangesWithKeysOffsetsSizesAndOrder) {
     edit(x);
     return compute_fingerprint(x) != base;
   };
-  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[1].key = "a/00X"; }));
-  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[1].begin += 512; }));
-  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[1].end += 512; }));
-  EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples[2].payload_bytes = 2; }));
+  EXPECT_TRUE(changed([](Manifest& x) {
+    testing::edit_sample(&x.sources[0].samples, 1, [](SampleEntry& e) { e.key = "a/00X"; });
+  }));
+  EXPECT_TRUE(changed([](Manifest& x) {
+    testing::edit_sample(&x.sources[0].samples, 1, [](SampleEntry& e) { e.begin += 512; });
+  }));
+  EXPECT_TRUE(changed([](Manifest& x) {
+    testing::edit_sample(&x.sources[0].samples, 1, [](SampleEntry& e) { e.end += 512; });
+  }));
+  EXPECT_TRUE(changed([](Manifest& x) {
+    testing::edit_sample(&x.sources[0].samples, 2, [](SampleEntry& e) { e.payload_bytes = 2; });
+  }));
   EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].samples.pop_back(); }));
   EXPECT_TRUE(changed([](Manifest& x) { std::swap(x.sources[0], x.sources[1]); }));
   EXPECT_TRUE(changed([](Manifest& x) { x.sources[0].uri = "/data/train-000009.tar"; }));

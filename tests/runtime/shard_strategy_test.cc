@@ -276,7 +276,7 @@ TEST(Defaults, ChunkItemsShrinkWithPayloadAndStayInRange) {
   for (uint64_t payload : {1u, 100u, 10000u, 1000000u, 100000000u}) {
     Manifest m = make_manifest({50, 50});
     for (auto& s : m.sources)
-      for (auto& e : s.samples) e.payload_bytes = payload;
+      testing::edit_samples(&s.samples, [&](SampleEntry& e) { e.payload_bytes = payload; });
     for (uint32_t l : {0u, 1u, 64u, 256u}) {
       uint32_t c = default_chunk_items(m, l);
       EXPECT_GE(c, 1u);
@@ -296,14 +296,14 @@ TEST(Defaults, ChunkItemsShrinkWithPayloadAndStayInRange) {
 TEST(Defaults, ChunkItemsCountWhatAnItemHolds) {
   Manifest m = make_manifest({3000, 3000});  // tar ranges of 1024 bytes
   for (auto& s : m.sources)
-    for (auto& e : s.samples) e.payload_bytes = 8;
+    testing::edit_samples(&s.samples, [](SampleEntry& e) { e.payload_bytes = 8; });
   EXPECT_EQ(held_bytes(m), 6000u * 1024);
   const uint64_t target = 128 << 10;  // 8 MiB / 64
   EXPECT_EQ(default_chunk_items(m, 64), target / (1024 + kItemCostBytes));
   // A directory's ranges are file indices: its samples count their payload.
   for (auto& s : m.sources) {
     s.kind = SourceKind::kDirectory;
-    for (auto& e : s.samples) e.payload_bytes = 4096;
+    testing::edit_samples(&s.samples, [](SampleEntry& e) { e.payload_bytes = 4096; });
   }
   EXPECT_EQ(held_bytes(m), 6000u * 4096);
   EXPECT_EQ(default_chunk_items(m, 64), target / (4096 + kItemCostBytes));

@@ -34,4 +34,21 @@ inline Manifest make_manifest(const std::vector<uint64_t>& sizes,
   return m;
 }
 
+// Calls edit(entry) on every sample of the table (a SampleTable has no mutation in place, so
+// it is rebuilt).
+template <typename Edit>
+void edit_samples(SampleTable* table, Edit edit) {
+  std::vector<SampleEntry> entries = table->to_vector();
+  for (auto& e : entries) edit(e);
+  *table = SampleTable(entries);
+}
+
+// Calls edit on sample i of the table alone.
+template <typename Edit>
+void edit_sample(SampleTable* table, size_t i, Edit edit) {
+  std::vector<SampleEntry> entries = table->to_vector();
+  edit(entries.at(i));
+  *table = SampleTable(entries);
+}
+
 }  // namespace shardyard::testing

@@ -1,0 +1,196 @@
+#include "runtime/sample_table.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace shardyard {
+
+namespace {
+
+void put_varint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// The stream was written by put_varint of this table, so it is well formed.
+uint64_t get_varint(const std::string& in, size_t* pos) {
+  uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    const auto byte = static_cast<unsigned char>(in[(*pos)++]);
+    v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (byte < 0x80) return v;
+  }
+}
+
+// Differences wrap modulo 2^64 and are zigzag-coded, so small steps either way stay small.
+uint64_t zigzag(uint64_t diff) { return (diff << 1) ^ (0 - (diff >> 63)); }
+uint64_t unzigzag(uint64_t z) { return (z >> 1) ^ (0 - (z & 1)); }
+
+size_t shared_prefix(const std::string& a, const std::string& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+void SampleTable::push_back(const SampleEntry& e) {
+  if (count_ % kBlock == 0) {
+    blocks_.push_back(bytes_.size());
+    last_key_.clear();
+    last_end_ = 0;
+  }
+  const size_t shared = shared_prefix(last_key_, e.key);
+  put_varint(&bytes_, shared);
+  put_varint(&bytes_, e.key.size() - shared);
+  bytes_.append(e.key, shared, std::string::npos);
+  put_varint(&bytes_, zigzag(e.begin - last_end_));
+  put_varint(&bytes_, zigzag(e.end - e.begin));
+  put_varint(&bytes_, e.payload_bytes);
+  last_key_ = e.key;
+  last_end_ = e.end;
+  ++count_;
+}
+
+void SampleTable::pop_back() {
+  assert(count_ > 0);
+  const size_t last = count_ - 1;
+  if (last % kBlock == 0) {
+    bytes_.resize(blocks_.back());
+    blocks_.pop_back();
+  } else {
+    bytes_.resize(iterator_at(last - 1).pos_);
+  }
+  count_ = last;
+  if (count_ == 0 || count_ % kBlock == 0) {
+    // The next push_back opens a block and resets the coding state.
+    last_key_.clear();
+    last_end_ = 0;
+  } else {
+    auto it = iterator_at(count_ - 1);
+    last_key_ = it->key;
+    last_end_ = it->end;
+  }
+}
+
+void SampleTable::clear() {
+  bytes_.clear();
+  blocks_.clear();
+  count_ = 0;
+  last_key_.clear();
+  last_end_ = 0;
+}
+
+void SampleTable::shrink_to_fit() {
+  bytes_.shrink_to_fit();
+  blocks_.shrink_to_fit();
+}
+
+SampleTable::const_iterator SampleTable::end() const {
+  const_iterator it;
+  it.table_ = this;
+  it.index_ = count_;
+  it.pos_ = bytes_.size();
+  return it;
+}
+
+SampleTable::const_iterator SampleTable::iterator_at(size_t i) const {
+  if (i >= count_) return end();
+  const_iterator it;
+  it.table_ = this;
+  it.index_ = i - i % kBlock;
+  it.pos_ = blocks_[i / kBlock];
+  it.decode();
+  while (it.index_ < i) ++it;
+  return it;
+}
+
+SampleTable::const_iterator& SampleTable::const_iterator::operator++() {
+  ++index_;
+  if (index_ < table_->count_) decode();
+  return *this;
+}
+
+void SampleTable::const_iterator::decode() {
+  const std::string& in = table_->bytes_;
+  uint64_t prev_end = entry_.end;
+  if (index_ % kBlock == 0) {
+    entry_.key.clear();
+    prev_end = 0;
+  }
+  const size_t shared = static_cast<size_t>(get_varint(in, &pos_));
+  const size_t rest = static_cast<size_t>(get_varint(in, &pos_));
+  entry_.key.resize(shared);
+  entry_.key.append(in, pos_, rest);
+  pos_ += rest;
+  entry_.begin = prev_end + unzigzag(get_varint(in, &pos_));
+  entry_.end = entry_.begin + unzigzag(get_varint(in, &pos_));
+  entry_.payload_bytes = get_varint(in, &pos_);
+}
+
+bool SampleTable::decode(std::string bytes, uint64_t count, SampleTable* out) {
+  out->clear();
+  // The smallest entry is five one-byte varints.
+  if (count > bytes.size() / 5) return false;
+  size_t pos = 0;
+  bool ok = true;
+  auto varint = [&]() -> uint64_t {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+      if (pos >= bytes.size()) break;
+      const auto byte = static_cast<unsigned char>(bytes[pos++]);
+      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) {
+        // Canonical only (no trailing zero groups, nothing beyond bit 63), so that one table
+        // has one encoding.
+        if ((byte == 0 && shift > 0) || (shift == 63 && byte > 1)) break;
+        return v;
+      }
+    }
+    ok = false;  // past the end, longer than ten bytes or not canonical
+    return 0;
+  };
+  SampleTable t;
+  t.blocks_.reserve(static_cast<size_t>((count + kBlock - 1) / kBlock));
+  for (uint64_t i = 0; i < count && ok; ++i) {
+    if (i % kBlock == 0) {
+      t.blocks_.push_back(pos);
+      t.last_key_.clear();
+      t.last_end_ = 0;
+    }
+    const uint64_t shared = varint(), rest = varint();
+    if (!ok || shared > t.last_key_.size() || rest > bytes.size() - pos) return false;
+    // The shared prefix is the longest one, as push_back() writes it.
+    if (shared < t.last_key_.size() && rest > 0 &&
+        bytes[pos] == t.last_key_[static_cast<size_t>(shared)])
+      return false;
+    t.last_key_.resize(static_cast<size_t>(shared));
+    t.last_key_.append(bytes, pos, static_cast<size_t>(rest));
+    pos += static_cast<size_t>(rest);
+    const uint64_t begin = t.last_end_ + unzigzag(varint());
+    t.last_end_ = begin + unzigzag(varint());
+    varint();  // payload_bytes
+  }
+  if (!ok || pos != bytes.size()) return false;
+  t.bytes_ = std::move(bytes);
+  t.count_ = static_cast<size_t>(count);
+  *out = std::move(t);
+  return true;
+}
+
+std::vector<SampleEntry> SampleTable::to_vector() const {
+  std::vector<SampleEntry> out;
+  out.reserve(count_);
+  for (const auto& e : *this) out.push_back(e);
+  return out;
+}
+
+size_t SampleTable::memory_bytes() const {
+  return bytes_.capacity() + blocks_.capacity() * sizeof(uint64_t);
+}
+
+}  // namespace shardyard

@@ -1,0 +1,129 @@
+// SampleTable: one source's samples (key and byte range), packed.
+//
+// A manifest of millions of tiny samples must cost a few bytes per sample, not a
+// std::string and three u64 (56 bytes). A SampleTable stores its entries as a byte stream in
+// blocks of kBlock samples: within a block each key is the length of the prefix it shares
+// with the key before it plus the rest, and each range is the distance of `begin` from the
+// previous sample's `end`, then `end - begin`, then `payload_bytes`, all LEB128 varints (the
+// differences zigzag-coded, so any u64 values round-trip). A block starts afresh (empty
+// previous key, previous end 0), and the byte offset of every block is kept, so entry i
+// decodes from its block's start: at most kBlock entries. For consecutive keys and ranges of
+// one tar shard an entry takes 6 to 10 bytes (docs/performance.md, "Memory against the
+// number of samples").
+//
+// Reading: iterate (a const_iterator decodes forward, one entry at a time, and hands out a
+// reference to the entry it holds) or index (operator[] returns a decoded copy; for runs use
+// iterator_at()). Writing: push_back() appends; pop_back() and assignment from entries are
+// there for building and for tests. The table has no mutation in place: rebuild it.
+//
+// Thread-compatible: const methods may run concurrently; iterators are single-owner.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace shardyard {
+
+struct SampleEntry {
+  std::string key;
+  uint64_t begin = 0;  // first byte of the sample's first member header (tar), or file index
+  uint64_t end = 0;    // one past the sample's last member incl. padding, or file index
+  uint64_t payload_bytes = 0;  // sum of the sample's field sizes
+};
+
+class SampleTable {
+ public:
+  static constexpr size_t kBlock = 16;
+
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = SampleEntry;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const SampleEntry*;
+    using reference = const SampleEntry&;
+
+    const_iterator() = default;
+    reference operator*() const { return entry_; }
+    pointer operator->() const { return &entry_; }
+    const_iterator& operator++();
+    const_iterator operator++(int) {
+      const_iterator old = *this;
+      ++*this;
+      return old;
+    }
+    bool operator==(const const_iterator& o) const { return index_ == o.index_; }
+    bool operator!=(const const_iterator& o) const { return index_ != o.index_; }
+    size_t index() const { return index_; }
+
+   private:
+    friend class SampleTable;
+    void decode();  // decodes entry index_ at pos_ over the entry before it
+
+    const SampleTable* table_ = nullptr;
+    size_t index_ = 0;
+    size_t pos_ = 0;  // byte offset just past entry index_
+    SampleEntry entry_;
+  };
+
+  SampleTable() = default;
+  SampleTable(std::initializer_list<SampleEntry> entries) {
+    assign(entries.begin(), entries.end());
+  }
+  explicit SampleTable(const std::vector<SampleEntry>& entries) {
+    assign(entries.begin(), entries.end());
+  }
+  SampleTable& operator=(std::initializer_list<SampleEntry> entries) {
+    assign(entries.begin(), entries.end());
+    return *this;
+  }
+
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  void push_back(const SampleEntry& e);
+  void pop_back();  // the table must not be empty
+  void clear();
+  // Returns the spare capacity of the byte stream and block index to the allocator.
+  void shrink_to_fit();
+
+  // A decoded copy (const, so that assigning to its members does not compile and mislead).
+  const SampleEntry operator[](size_t i) const { return *iterator_at(i); }
+  const SampleEntry back() const { return (*this)[count_ - 1]; }
+  const_iterator begin() const { return iterator_at(0); }
+  const_iterator end() const;
+  // An iterator at entry i (i <= size()); decodes at most kBlock entries.
+  const_iterator iterator_at(size_t i) const;
+
+  // The packed stream, what the manifest format stores (docs/manifest-format.md).
+  const std::string& encoded() const { return bytes_; }
+  // Makes *out the table of `count` entries that `bytes` (a stream encoded() gave) holds.
+  // Every entry is checked to lie inside the bytes, which must hold nothing else, and to be
+  // coded as push_back() codes it (shortest varints, longest shared prefix), so a table has
+  // one encoding: false for anything else (damage; a read of it would otherwise run out of
+  // bounds), and *out is left empty.
+  static bool decode(std::string bytes, uint64_t count, SampleTable* out);
+
+  std::vector<SampleEntry> to_vector() const;
+  // Bytes the table holds (stream and block index, allocated capacity included).
+  size_t memory_bytes() const;
+
+ private:
+  template <typename It>
+  void assign(It first, It last) {
+    clear();
+    for (; first != last; ++first) push_back(*first);
+  }
+
+  std::string bytes_;
+  std::vector<uint64_t> blocks_;  // byte offset of entry k * kBlock
+  size_t count_ = 0;
+  // The last entry's key and end, what the next entry is coded against.
+  std::string last_key_;
+  uint64_t last_end_ = 0;
+};
+
+}  // namespace shardyard

@@ -1,0 +1,133 @@
+// Tests of runtime/sample_table.h: the packed table holds exactly what was pushed, whatever
+// the keys and ranges, and tiny consecutive samples cost a few bytes each.
+#include "runtime/sample_table.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace shardyard {
+namespace {
+
+void expect_same(const SampleEntry& a, const SampleEntry& b, size_t i) {
+  EXPECT_EQ(a.key, b.key) << i;
+  EXPECT_EQ(a.begin, b.begin) << i;
+  EXPECT_EQ(a.end, b.end) << i;
+  EXPECT_EQ(a.payload_bytes, b.payload_bytes) << i;
+}
+
+void expect_holds(const SampleTable& t, const std::vector<SampleEntry>& want) {
+  ASSERT_EQ(t.size(), want.size());
+  EXPECT_EQ(t.empty(), want.empty());
+  size_t i = 0;
+  for (const auto& e : t) {
+    ASSERT_LT(i, want.size());
+    expect_same(e, want[i], i);
+    ++i;
+  }
+  EXPECT_EQ(i, want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    expect_same(t[k], want[k], k);
+    auto it = t.iterator_at(k);
+    EXPECT_EQ(it.index(), k);
+    for (size_t j = k; j < std::min(want.size(), k + 2 * SampleTable::kBlock); ++j, ++it)
+      expect_same(*it, want[j], j);
+  }
+  EXPECT_TRUE(t.iterator_at(want.size()) == t.end());
+}
+
+std::vector<SampleEntry> tar_like(size_t n) {
+  std::vector<SampleEntry> out;
+  uint64_t at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "s0003_%08zu", i);
+    out.push_back({key, at, at + 1024, 8});
+    at += 1024;
+  }
+  return out;
+}
+
+TEST(SampleTable, HoldsConsecutiveTarSamples) {
+  for (size_t n : {0u, 1u, 15u, 16u, 17u, 33u, 1000u})
+    expect_holds(SampleTable(tar_like(n)), tar_like(n));
+}
+
+// Keys of any length and content (shared prefixes, none, empty, longer and shorter than the
+// one before) and ranges anywhere in u64, backwards and overlapping ones included: the
+// table stores what it is given, it does not judge it.
+TEST(SampleTable, RoundTripsArbitraryEntries) {
+  std::mt19937_64 rng(7);
+  const uint64_t specials[] = {0, 1, 127, 128, UINT64_MAX, UINT64_MAX - 1, uint64_t{1} << 63};
+  for (int round = 0; round < 20; ++round) {
+    std::vector<SampleEntry> want;
+    const size_t n = rng() % 200;
+    for (size_t i = 0; i < n; ++i) {
+      SampleEntry e;
+      const size_t len = rng() % 40;
+      if (!want.empty() && rng() % 2)
+        e.key = want.back().key.substr(0, rng() % (want.back().key.size() + 1));
+      while (e.key.size() < len) e.key.push_back(static_cast<char>(rng() % 256));
+      auto value = [&] { return rng() % 3 ? rng() >> (rng() % 64) : specials[rng() % 7]; };
+      e.begin = value();
+      e.end = value();
+      e.payload_bytes = value();
+      want.push_back(e);
+    }
+    SampleTable t;
+    for (const auto& e : want) t.push_back(e);
+    expect_holds(t, want);
+  }
+}
+
+TEST(SampleTable, PopBackUndoesPushBack) {
+  auto want = tar_like(40);
+  SampleTable t(want);
+  while (!want.empty()) {
+    t.pop_back();
+    want.pop_back();
+    expect_holds(t, want);
+  }
+  // Pushing after pops codes against the right neighbour.
+  auto again = tar_like(20);
+  for (const auto& e : again) t.push_back(e);
+  t.pop_back();
+  t.pop_back();
+  t.push_back(again[18]);
+  t.push_back(again[19]);
+  expect_holds(t, again);
+}
+
+TEST(SampleTable, AssignsFromListsAndVectors) {
+  SampleTable t = {{"a", 0, 2048, 900}, {"b", 2048, 4096, 1200}};
+  expect_holds(t, {{"a", 0, 2048, 900}, {"b", 2048, 4096, 1200}});
+  t = {{"x", 5, 6, 7}};
+  expect_holds(t, {{"x", 5, 6, 7}});
+  EXPECT_EQ(t.back().key, "x");
+  t.clear();
+  expect_holds(t, {});
+  auto v = tar_like(50);
+  EXPECT_EQ(SampleTable(v).to_vector().size(), 50u);
+}
+
+// The point of the table: a million tiny samples of a tar shard cost a few MB, not 56 MB.
+TEST(SampleTable, TinySamplesCostFewBytes) {
+  SampleTable t;
+  uint64_t at = 0;
+  char key[32];
+  for (size_t i = 0; i < 1000000; ++i) {
+    std::snprintf(key, sizeof key, "s0003_%08zu", i);
+    t.push_back({key, at, at + 1024, 8});
+    at += 1024;
+  }
+  t.shrink_to_fit();
+  EXPECT_LE(t.memory_bytes(), 10u * 1000000) << "bytes per sample: " << t.memory_bytes() / 1e6;
+  EXPECT_EQ(t[999999].begin, 999999u * 1024);
+  EXPECT_EQ(t[999999].key, "s0003_00999999");
+}
+
+}  // namespace
+}  // namespace shardyard
