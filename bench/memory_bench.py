@@ -11,7 +11,13 @@ of every logical shard then held all of its items at once on these sets).
 
 Reported per N: the median peak RSS (the JSON's peak_rss_kb) and the manifest's load time
 (manifest_seconds); and the growth in bytes per added sample, the slope of a least-squares
-line through the medians. Target (issue 15): at most 16 bytes per sample above a fixed base.
+line through the medians. Targets (issue 15): at most 16 bytes per sample above a fixed base;
+2 million samples open in under 100 MB and 0.5 s.
+
+Then --processes runs (default 4) start at once on the largest set, as the ranks of a node
+would, and each one's share of the cached manifest is read from /proc/PID/smaps while they
+run: the mapping of the cache file, its RSS and its PSS (the pages divided among the
+processes that map them). Target: the processes of a node hold one copy, not one each.
 
 Standard library only:
   /usr/bin/python3 bench/memory_bench.py --shardyard build/tools/shardyard --write-doc
@@ -23,6 +29,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -89,6 +96,65 @@ def run(args, folder, extra, env):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def manifest_mapping_kb(pid):
+    """(Rss, Pss) in KiB of the process's mappings of a cached manifest file, and its path;
+    or None."""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    rss = pss = 0
+    inside, path = False, None
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            inside = line.endswith(".manifest")
+            path = head[-1] if inside else path
+        elif inside and head[:1] == ["Rss:"]:
+            rss += int(head[1])
+        elif inside and head[:1] == ["Pss:"]:
+            pss += int(head[1])
+    return (rss, pss, path) if path else None
+
+
+def shared_manifest(args, folder, n, env):
+    """P runs at once; the largest RSS and PSS of the manifest mapping seen in each."""
+    cmd = [args.shardyard, "run", "--source", source(folder), "--workers", "2",
+           "--batch-size", "64", "--json"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, env=env) for _ in range(args.processes)]
+    best = {}  # pid: (rss, pss) when all P mapped it at once, the largest rss seen
+    deadline = time.monotonic() + 900
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        seen = {p.pid: manifest_mapping_kb(p.pid) for p in procs}
+        if all(v is not None for v in seen.values()):
+            for pid, v in seen.items():
+                if v[0] >= best.get(pid, (0, 0, None))[0]:
+                    best[pid] = v
+        time.sleep(0.02)
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        sys.exit("a concurrent run failed")
+    for out in outs:
+        if json.loads(out.strip().splitlines()[-1])["samples"] != n:
+            sys.exit("a concurrent run missed samples")
+    if len(best) != args.processes:
+        return (f"{args.processes} concurrent runs: their manifest mappings were never seen "
+                "all at once (runs too short to sample)")
+    rss = max(v[0] for v in best.values()) / 1024
+    pss = max(v[1] for v in best.values()) / 1024
+    total = sum(v[1] for v in best.values()) / 1024
+    size = os.path.getsize(next(iter(best.values()))[2]) / 2**20
+    log(f"{args.processes} runs at once: manifest mapping RSS {rss:.1f} MiB, PSS {pss:.1f} MiB each")
+    return (f"{args.processes} runs of the {n:,}-sample set at once (the same command, one "
+            f"manifest cache), as the ranks of a node: each maps the cached manifest and "
+            f"holds at most **{rss:.1f} MiB** of it resident, of which its proportional share "
+            f"(PSS) is **{pss:.1f} MiB**; all {args.processes} together {total:.1f} MiB, "
+            f"one copy of the pages (the cache file is {size:.1f} MiB). "
+            f"Read from /proc/PID/smaps every 20 ms while all {args.processes} ran.")
+
+
 def slope(xs, ys):
     mx, my = statistics.mean(xs), statistics.mean(ys)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
@@ -98,9 +164,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shardyard", required=True)
     ap.add_argument("--data-dir", default="/tmp/peerbench/tiny")
-    ap.add_argument("--samples", default="200000,400000,800000,1600000",
+    ap.add_argument("--samples", default="250000,500000,1000000,2000000",
                     help="comma-separated sample counts (multiples of 8)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--write-doc", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.samples.split(",")]
@@ -137,6 +204,9 @@ def main():
         f"({os.cpu_count()} cores), page cache warm, manifest cached. Command:\n\n```sh\n"
         "shardyard run --source 'DIR/nN/train-{000000..000007}.tar' --workers 2 "
         "--batch-size 64 --json [--chunk-items 8192]\n```")
+    if args.processes > 1:
+        body += "\n\n" + shared_manifest(args, os.path.join(args.data_dir, f"n{counts[-1]}"),
+                                         counts[-1], env)
     print(body)
     if args.write_doc:
         rb.write_doc_block(BEGIN, END, body)

@@ -132,6 +132,7 @@ constexpr char kMagic[8] = {'S', 'Y', 'M', 'A', 'N', 'I', 'F', '\0'};
 // hashing every consumed byte for the checksum that follows the body.
 struct Reader {
   const ManifestSource* source = nullptr;
+  uint64_t body_size = 0;
   uint64_t left = 0;  // body bytes not yet fetched from the source
   std::string buf;
   size_t pos = 0;
@@ -181,6 +182,8 @@ struct Reader {
     return std::string(take(n));
   }
   bool done() const { return left == 0 && pos == buf.size(); }
+  // Offset in the body of the next byte take() returns.
+  uint64_t body_pos() const { return body_size - left - (buf.size() - pos); }
   // Hashes everything of the body not consumed yet (after a decode error).
   void drain() {
     hash.add(std::string_view(buf).substr(pos));
@@ -232,19 +235,12 @@ std::string encode_manifest(const Manifest& m, bool checksum) {
   return end_envelope(std::move(body), checksum);
 }
 
-Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name, bool verify) {
-  size_t at = 0;
-  ManifestSource source = [&](char* dst, size_t n) -> Result<size_t> {
-    size_t take = std::min(n, bytes.size() - at);
-    std::memcpy(dst, bytes.data() + at, take);
-    at += take;
-    return take;
-  };
-  return decode_manifest(source, bytes.size(), name, verify);
-}
+namespace {
 
-Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
-                                 const std::string& name, bool verify) {
+// `whole`: the encoded bytes when they are all in memory and stay so while `keep` lives;
+// the sample tables then borrow their bytes from them.
+Result<Manifest> decode(const ManifestSource& source, uint64_t total_bytes, const std::string& name,
+                        bool verify, const char* whole, const std::shared_ptr<const void>& keep) {
   char head[24];
   if (total_bytes < 24) return corrupt(name + ": not a shardyard manifest (bad magic)");
   for (size_t got = 0; got < sizeof head;) {
@@ -278,6 +274,7 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
   // is returned, so a damaged file never yields a manifest.
   Reader r;
   r.source = &source;
+  r.body_size = body_size;
   r.left = body_size;
   r.hashing = verify;
   // A damaged file is reported as a checksum mismatch (the cause) rather than as whatever
@@ -336,7 +333,10 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
     for (auto& f : s.files) f = r.str();
     const uint64_t ns = r.uint(8), table_bytes = r.uint(8);
     if (table_bytes > body_size || !r.need(static_cast<size_t>(table_bytes))) break;
-    if (!SampleTable::decode(std::string(r.take(static_cast<size_t>(table_bytes))), ns, &s.samples))
+    const uint64_t at = r.body_pos();
+    std::string_view table = r.take(static_cast<size_t>(table_bytes));
+    if (whole != nullptr) table = std::string_view(whole + 24 + at, table.size());
+    if (!SampleTable::decode(table, ns, whole != nullptr ? keep : nullptr, &s.samples))
       return settle(corrupt(name + ": manifest sample table is malformed"));
   }
   if (!r.io.is_ok()) return Status(r.io.code(), name + ": " + r.io.message());
@@ -349,6 +349,25 @@ Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_by
   if (compute_fingerprint(m) != m.fingerprint)
     return corrupt(name + ": manifest fingerprint does not match its content");
   return m;
+}
+
+}  // namespace
+
+Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name, bool verify,
+                                 std::shared_ptr<const void> keep) {
+  size_t at = 0;
+  ManifestSource source = [&](char* dst, size_t n) -> Result<size_t> {
+    size_t take = std::min(n, bytes.size() - at);
+    std::memcpy(dst, bytes.data() + at, take);
+    at += take;
+    return take;
+  };
+  return decode(source, bytes.size(), name, verify, keep ? bytes.data() : nullptr, keep);
+}
+
+Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
+                                 const std::string& name, bool verify) {
+  return decode(source, total_bytes, name, verify, nullptr, nullptr);
 }
 
 }  // namespace shardyard

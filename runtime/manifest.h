@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,8 +125,11 @@ std::string encode_manifest(const Manifest& m, bool checksum = true);
 // crash): for bytes that a process of the same job encoded moments before and handed over
 // in memory (a rank's manifest for its worker processes), whose fingerprint the reader
 // compares with the one it was told.
+// With `keep` set, `bytes` stay unchanged while `keep` lives (a memory-mapped manifest file,
+// shared by every process of the node that maps it) and the sample tables borrow them
+// instead of holding copies (runtime/sample_table.h).
 Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name,
-                                 bool verify = true);
+                                 bool verify = true, std::shared_ptr<const void> keep = nullptr);
 // The same, reading the encoded bytes (`total_bytes` of them) from `source` block by block,
 // so the file is never held in memory whole. `source` returns how many bytes it wrote (0 at
 // the end) or an error.

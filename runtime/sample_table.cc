@@ -15,14 +15,17 @@ void put_varint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
-// The stream was written by put_varint of this table, so it is well formed.
-uint64_t get_varint(const std::string& in, size_t* pos) {
+// decode() checked the stream, but borrowed bytes may change under a table (a mapped file cut
+// short reads zeros), so reading stays inside the bytes and stops after ten bytes: wrong
+// values then, never a read out of bounds or an oversized shift.
+uint64_t get_varint(std::string_view in, size_t* pos) {
   uint64_t v = 0;
-  for (int shift = 0;; shift += 7) {
+  for (int shift = 0; shift < 70 && *pos < in.size(); shift += 7) {
     const auto byte = static_cast<unsigned char>(in[(*pos)++]);
     v |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if (byte < 0x80) return v;
+    if (byte < 0x80) break;
   }
+  return v;
 }
 
 // Differences wrap modulo 2^64 and are zigzag-coded, so small steps either way stay small.
@@ -38,19 +41,28 @@ size_t shared_prefix(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+void SampleTable::own() {
+  if (!keep_) return;
+  own_.assign(ext_, ext_size_);
+  keep_.reset();
+  ext_ = nullptr;
+  ext_size_ = 0;
+}
+
 void SampleTable::push_back(const SampleEntry& e) {
+  own();
   if (count_ % kBlock == 0) {
-    blocks_.push_back(bytes_.size());
+    blocks_.push_back(own_.size());
     last_key_.clear();
     last_end_ = 0;
   }
   const size_t shared = shared_prefix(last_key_, e.key);
-  put_varint(&bytes_, shared);
-  put_varint(&bytes_, e.key.size() - shared);
-  bytes_.append(e.key, shared, std::string::npos);
-  put_varint(&bytes_, zigzag(e.begin - last_end_));
-  put_varint(&bytes_, zigzag(e.end - e.begin));
-  put_varint(&bytes_, e.payload_bytes);
+  put_varint(&own_, shared);
+  put_varint(&own_, e.key.size() - shared);
+  own_.append(e.key, shared, std::string::npos);
+  put_varint(&own_, zigzag(e.begin - last_end_));
+  put_varint(&own_, zigzag(e.end - e.begin));
+  put_varint(&own_, e.payload_bytes);
   last_key_ = e.key;
   last_end_ = e.end;
   ++count_;
@@ -58,12 +70,13 @@ void SampleTable::push_back(const SampleEntry& e) {
 
 void SampleTable::pop_back() {
   assert(count_ > 0);
+  own();
   const size_t last = count_ - 1;
   if (last % kBlock == 0) {
-    bytes_.resize(blocks_.back());
+    own_.resize(blocks_.back());
     blocks_.pop_back();
   } else {
-    bytes_.resize(iterator_at(last - 1).pos_);
+    own_.resize(iterator_at(last - 1).pos_);
   }
   count_ = last;
   if (count_ == 0 || count_ % kBlock == 0) {
@@ -78,7 +91,8 @@ void SampleTable::pop_back() {
 }
 
 void SampleTable::clear() {
-  bytes_.clear();
+  own();
+  own_.clear();
   blocks_.clear();
   count_ = 0;
   last_key_.clear();
@@ -86,7 +100,7 @@ void SampleTable::clear() {
 }
 
 void SampleTable::shrink_to_fit() {
-  bytes_.shrink_to_fit();
+  own_.shrink_to_fit();
   blocks_.shrink_to_fit();
 }
 
@@ -94,7 +108,7 @@ SampleTable::const_iterator SampleTable::end() const {
   const_iterator it;
   it.table_ = this;
   it.index_ = count_;
-  it.pos_ = bytes_.size();
+  it.pos_ = encoded().size();
   return it;
 }
 
@@ -116,7 +130,7 @@ SampleTable::const_iterator& SampleTable::const_iterator::operator++() {
 }
 
 void SampleTable::const_iterator::decode() {
-  const std::string& in = table_->bytes_;
+  const std::string_view in = table_->encoded();
   uint64_t prev_end = entry_.end;
   if (index_ % kBlock == 0) {
     entry_.key.clear();
@@ -124,15 +138,17 @@ void SampleTable::const_iterator::decode() {
   }
   const size_t shared = static_cast<size_t>(get_varint(in, &pos_));
   const size_t rest = static_cast<size_t>(get_varint(in, &pos_));
-  entry_.key.resize(shared);
-  entry_.key.append(in, pos_, rest);
-  pos_ += rest;
+  entry_.key.resize(std::min(shared, entry_.key.size()));
+  const std::string_view more = in.substr(std::min(pos_, in.size()), rest);
+  entry_.key.append(more);
+  pos_ += more.size();
   entry_.begin = prev_end + unzigzag(get_varint(in, &pos_));
   entry_.end = entry_.begin + unzigzag(get_varint(in, &pos_));
   entry_.payload_bytes = get_varint(in, &pos_);
 }
 
-bool SampleTable::decode(std::string bytes, uint64_t count, SampleTable* out) {
+bool SampleTable::decode(std::string_view bytes, uint64_t count, std::shared_ptr<const void> keep,
+                         SampleTable* out) {
   out->clear();
   // The smallest entry is five one-byte varints.
   if (count > bytes.size() / 5) return false;
@@ -176,7 +192,13 @@ bool SampleTable::decode(std::string bytes, uint64_t count, SampleTable* out) {
     varint();  // payload_bytes
   }
   if (!ok || pos != bytes.size()) return false;
-  t.bytes_ = std::move(bytes);
+  if (keep) {
+    t.keep_ = std::move(keep);
+    t.ext_ = bytes.data();
+    t.ext_size_ = bytes.size();
+  } else {
+    t.own_.assign(bytes);
+  }
   t.count_ = static_cast<size_t>(count);
   *out = std::move(t);
   return true;
@@ -190,7 +212,7 @@ std::vector<SampleEntry> SampleTable::to_vector() const {
 }
 
 size_t SampleTable::memory_bytes() const {
-  return bytes_.capacity() + blocks_.capacity() * sizeof(uint64_t);
+  return own_.capacity() + blocks_.capacity() * sizeof(uint64_t);
 }
 
 }  // namespace shardyard

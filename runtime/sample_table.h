@@ -11,6 +11,11 @@
 // one tar shard an entry takes 6 to 10 bytes (docs/performance.md, "Memory against the
 // number of samples").
 //
+// Storage: the table's own bytes, or bytes it does not own (a memory-mapped manifest file,
+// shared by the processes of a node), kept alive by a handle it holds; push_back() and
+// pop_back() copy such bytes first. Decoding never reads outside the bytes, whatever they
+// hold (a guarded mapping of a file cut short reads zeros: io/fs/mapping_guard.h).
+//
 // Reading: iterate (a const_iterator decodes forward, one entry at a time, and hands out a
 // reference to the entry it holds) or index (operator[] returns a decoded copy; for runs use
 // iterator_at()). Writing: push_back() appends; pop_back() and assignment from entries are
@@ -23,7 +28,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardyard {
@@ -99,13 +106,18 @@ class SampleTable {
   const_iterator iterator_at(size_t i) const;
 
   // The packed stream, what the manifest format stores (docs/manifest-format.md).
-  const std::string& encoded() const { return bytes_; }
-  // Makes *out the table of `count` entries that `bytes` (a stream encoded() gave) holds.
+  std::string_view encoded() const { return keep_ ? std::string_view(ext_, ext_size_) : own_; }
+  // Makes *out the table of `count` entries that `bytes` (a stream encoded() gave) holds:
+  // a copy of them, or, with `keep` set, the bytes themselves, which must stay unchanged
+  // while `keep` lives (the table and its copies hold it).
   // Every entry is checked to lie inside the bytes, which must hold nothing else, and to be
   // coded as push_back() codes it (shortest varints, longest shared prefix), so a table has
   // one encoding: false for anything else (damage; a read of it would otherwise run out of
   // bounds), and *out is left empty.
-  static bool decode(std::string bytes, uint64_t count, SampleTable* out);
+  static bool decode(std::string_view bytes, uint64_t count, std::shared_ptr<const void> keep,
+                     SampleTable* out);
+  // Whether the table's bytes are another's (decoded with `keep`).
+  bool borrowed() const { return keep_ != nullptr; }
 
   std::vector<SampleEntry> to_vector() const;
   // Bytes the table holds (stream and block index, allocated capacity included).
@@ -118,7 +130,12 @@ class SampleTable {
     for (; first != last; ++first) push_back(*first);
   }
 
-  std::string bytes_;
+  void own();  // copies borrowed bytes, so the table can change
+
+  std::string own_;                   // the bytes, unless borrowed
+  std::shared_ptr<const void> keep_;  // set when borrowed: keeps ext_ alive
+  const char* ext_ = nullptr;
+  size_t ext_size_ = 0;
   std::vector<uint64_t> blocks_;  // byte offset of entry k * kBlock
   size_t count_ = 0;
   // The last entry's key and end, what the next entry is coded against.

@@ -444,7 +444,6 @@ Status save_manifest(const Manifest& m, const std::string& path) {
 }
 
 Result<Manifest> load_manifest(const std::string& path) {
-  // Decoded block by block: the file's bytes are never all in memory next to the manifest.
   auto file = local_file_system().open(path);
   if (!file.is_ok()) {
     if (file.status().code() == StatusCode::kNotFound)
@@ -452,6 +451,20 @@ Result<Manifest> load_manifest(const std::string& path) {
     return file.status();
   }
   RandomAccessFile& f = **file;
+  // Mapped: the sample tables borrow the file's pages, which every process of the node that
+  // loads this manifest shares (the cache is replaced by rename, never rewritten in place;
+  // a file cut short anyway reads zeros, io/fs/mapping_guard.h, and its samples then fail
+  // to match the shards). Where it cannot be mapped, it is decoded block by block, so the
+  // file's bytes are never all in memory next to the manifest.
+  if (f.size() > 0) {
+    auto mapped = f.map(0, static_cast<size_t>(f.size()));
+    if (mapped.is_ok() && *mapped) {
+      const MappedRange& m = **mapped;
+      return decode_manifest(std::string_view(reinterpret_cast<const char*>(m.data()), m.size()),
+                             path,
+                             /*verify=*/true, std::shared_ptr<const void>(*mapped));
+    }
+  }
   uint64_t at = 0;
   ManifestSource source = [&](char* dst, size_t n) -> Result<size_t> {
     SY_ASSIGN_OR_RETURN(size_t got, f.read_at(at, dst, n));

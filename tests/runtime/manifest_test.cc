@@ -268,7 +268,7 @@ TEST(ManifestFormat, RefusesADamagedSampleTableBehindAValidChecksum) {
   const size_t body_size = bytes.size() - 32;
   // The first source's table: its bytes follow its u64 sample count and u64 table size.
   const Manifest m = sample_manifest();
-  const std::string& table = m.sources[0].samples.encoded();
+  const std::string_view table = m.sources[0].samples.encoded();
   const size_t at = bytes.find(table);
   ASSERT_NE(at, std::string::npos);
   bool named = false;

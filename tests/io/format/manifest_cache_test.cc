@@ -4,6 +4,7 @@
 // cache built with the other strict_members setting is used only where it cannot matter.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "io/format/manifest_scan.h"
+#include "io/fs/mapping_guard.h"
 #include "tar_fixtures.h"
 
 namespace shardyard::io {
@@ -165,6 +167,53 @@ TEST_F(ManifestCache, OldFormatVersionIsRebuiltNotMisread) {
   EXPECT_FALSE(second.from_cache);
   EXPECT_EQ(static_cast<unsigned char>(test::read_file(first.cache_path)[8]),
             kManifestFormatVersion);
+}
+
+// A cached manifest is mapped, not copied: its sample tables borrow the file's pages, which
+// every process of the node loading it shares, and hold the same samples as the scan.
+TEST_F(ManifestCache, ALoadedCacheBorrowsTheFilesPages) {
+  ScanReport first, second;
+  auto scanned = build(&first);
+  ASSERT_TRUE(scanned.is_ok()) << scanned.status().to_string();
+  auto cached = build(&second);
+  ASSERT_TRUE(cached.is_ok()) << cached.status().to_string();
+  ASSERT_TRUE(second.from_cache);
+  ASSERT_EQ(cached->sources.size(), scanned->sources.size());
+  for (size_t i = 0; i < cached->sources.size(); ++i) {
+    const auto &c = cached->sources[i].samples, &s = scanned->sources[i].samples;
+    EXPECT_TRUE(c.borrowed());
+    EXPECT_FALSE(s.borrowed());
+    EXPECT_EQ(c.encoded(), s.encoded());
+  }
+  // A copy shares the pages too; a change makes the copy its own.
+  Manifest copy = *cached;
+  EXPECT_TRUE(copy.sources[0].samples.borrowed());
+  const SampleEntry last = copy.sources[0].samples.back();
+  copy.sources[0].samples.pop_back();
+  EXPECT_FALSE(copy.sources[0].samples.borrowed());
+  EXPECT_EQ(copy.sources[0].samples.size() + 1, cached->sources[0].samples.size());
+  EXPECT_EQ(cached->sources[0].samples.back().key, last.key);
+}
+
+// The cache is replaced by rename, never rewritten in place; a file cut short under a loaded
+// manifest anyway reads zeros (io/fs/mapping_guard.h): wrong samples, which the reader then
+// refuses, and a recorded fault naming the file, never a crash or a read past the bytes.
+TEST_F(ManifestCache, ACacheCutShortUnderALoadedManifestReadsZeros) {
+  ScanReport first;
+  ASSERT_TRUE(build(&first).is_ok());
+  auto loaded = load_manifest(first.cache_path);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  ASSERT_TRUE(loaded->sources[0].samples.borrowed());
+  ASSERT_EQ(::truncate(first.cache_path.c_str(), 0), 0);
+  size_t n = 0;
+  for (const auto& e : loaded->sources[0].samples) {
+    EXPECT_EQ(e.key, "") << "zeros decode as empty keys";
+    ++n;
+  }
+  EXPECT_EQ(n, loaded->sources[0].samples.size());
+  Status fault = mapping_fault();
+  ASSERT_FALSE(fault.is_ok());
+  EXPECT_NE(fault.message().find(first.cache_path), std::string::npos) << fault.message();
 }
 
 TEST_F(ManifestCache, StrictScanUsesALenientCacheOnlyWithoutSkippedMembers) {
