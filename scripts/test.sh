@@ -5,8 +5,8 @@
 # then build the actor, data-plane, end-to-end and example tests with clang and
 # ThreadSanitizer (clang also checks the thread-safety annotations) and run them, then build
 # the libFuzzer targets with clang (tar reader, HTTP/S3 response parsers, checkpoint
-# formats, window specs, the shared-memory data plane's decoders) and fuzz each for a
-# bounded time.
+# formats, manifests, window specs, the shared-memory data plane's decoders) and fuzz each
+# for a bounded time.
 # Usage: scripts/test.sh   (SY_SKIP_SANITIZE=1 / SY_SKIP_TSAN=1 / SY_SKIP_FUZZ=1 leave parts out)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sy_install_packages
