@@ -59,11 +59,12 @@ Result<std::shared_ptr<const JobData>> rebuild_job(const WorkerJob& j, const io:
     if (manifest_bytes > seg.size()) return corrupt("the manifest segment is shorter than said");
     SY_ASSIGN_OR_RETURN(auto map, seg.map(io::ShmSegment::Access::kReadOnly));
     // Encoded by the rank for this job: the fingerprint told in the job frame is checked
-    // below, and neither checksum nor fingerprint is computed again in every process.
+    // below, and neither checksum nor fingerprint is computed again in every process. The
+    // sample tables borrow the segment's pages, one copy for all of the rank's workers.
     SY_ASSIGN_OR_RETURN(
         manifest, decode_manifest(
                       std::string_view(reinterpret_cast<const char*>(map->data()), manifest_bytes),
-                      "the job's manifest", /*verify=*/false));
+                      "the job's manifest", /*verify=*/false, std::shared_ptr<const void>(map)));
   }
   if (manifest.fingerprint != fingerprint)
     return invalid_argument("the dataset this worker sees differs from its rank's (fingerprint " +
