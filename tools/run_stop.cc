@@ -24,6 +24,7 @@ sigset_t stop_set() {
 
 StopSignals::StopSignals(std::function<void(int)> startup_exit)
     : startup_exit_(std::move(startup_exit)) {
+  ::signal(SIGPIPE, SIG_IGN);
   sigset_t set = stop_set();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   watcher_ = std::thread([this] { watch(); });

@@ -7,6 +7,10 @@
 // with sigtimedwait(). The first signal goes to the handler set with on_signal() (until one
 // is set, the process ends at once with a message: a run that has delivered nothing has
 // nothing to finish). A second signal ends the process at once, status 128 + signal.
+// It also makes the process ignore SIGPIPE, for good: a write to a pipe or connection whose
+// other end is gone (a coordinator or peer that died, a TLS session that OpenSSL writes
+// with write(2), a sanitizer's symbolizer subprocess that died) then fails at that write,
+// where it is reported, instead of ending the process by a signal with no message.
 //
 // StopPoint makes a stop one cut across ranks: every rank claims each step before it asks
 // for the batch, and a stop request fixes the stop at the highest step claimed so far. No

@@ -283,6 +283,9 @@ std::optional<int> run_worker_process_if_requested() {
   if (number == nullptr || *number == '\0') return std::nullopt;
   // Dies with the rank's thread that started it; a rank already gone is not waited for.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A write to a rank or socket that is gone is an error this process reports, not a
+  // silent death by SIGPIPE (as in `shardyard run`, tools/run_stop.h).
+  ::signal(SIGPIPE, SIG_IGN);
   if (const char* parent = std::getenv(kWorkerParentEnv))
     if (std::strtoll(parent, nullptr, 10) != static_cast<long long>(::getppid())) return 1;
   auto control =

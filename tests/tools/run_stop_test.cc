@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 namespace shardyard::tools {
@@ -87,6 +89,24 @@ TEST(StopSignalsDeathTest, SignalBeforeAHandlerEndsTheProcessAtOnce) {
         std::_Exit(5);
       },
       ::testing::ExitedWithCode(128 + SIGINT), "startup 2");
+}
+
+// A write to a pipe whose reader is gone fails with EPIPE instead of killing the process,
+// and that stays so after the StopSignals is gone.
+TEST(StopSignalsDeathTest, AWriteToAClosedPipeIsAnErrorNotADeath) {
+  EXPECT_EXIT(
+      {
+        {
+          StopSignals signals([](int) { std::_Exit(3); });
+        }
+        int fds[2];
+        if (::pipe(fds) != 0) std::_Exit(4);
+        ::close(fds[0]);
+        const ssize_t n = ::write(fds[1], "x", 1);
+        std::fprintf(stderr, "write %zd errno %d\n", n, errno);
+        std::_Exit(n < 0 && errno == EPIPE ? 0 : 6);
+      },
+      ::testing::ExitedWithCode(0), "write -1 errno 32");
 }
 
 }  // namespace
