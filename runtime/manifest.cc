@@ -53,7 +53,7 @@ uint64_t Manifest::payload_bytes() const {
       n += s.windows * window_payload_bytes();
       continue;
     }
-    for (const auto& e : s.samples) n += e.payload_bytes;
+    n += s.samples.totals().payload_bytes;
   }
   return n;
 }

@@ -41,6 +41,15 @@ size_t shared_prefix(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+void SampleTable::Totals::add(const SampleEntry& e) {
+  const uint64_t r = e.end - e.begin;
+  payload_bytes += e.payload_bytes;
+  range += r;
+  held += std::max(r, e.payload_bytes);
+  max_range = std::max(max_range, r);
+  max_payload = std::max(max_payload, e.payload_bytes);
+}
+
 void SampleTable::own() {
   if (!keep_) return;
   own_.assign(ext_, ext_size_);
@@ -65,6 +74,7 @@ void SampleTable::push_back(const SampleEntry& e) {
   put_varint(&own_, e.payload_bytes);
   last_key_ = e.key;
   last_end_ = e.end;
+  totals_.add(e);
   ++count_;
 }
 
@@ -79,6 +89,9 @@ void SampleTable::pop_back() {
     own_.resize(iterator_at(last - 1).pos_);
   }
   count_ = last;
+  // Maxima cannot be taken back: count again (pop_back is for building and tests).
+  totals_ = {};
+  for (const auto& e : *this) totals_.add(e);
   if (count_ == 0 || count_ % kBlock == 0) {
     // The next push_back opens a block and resets the coding state.
     last_key_.clear();
@@ -95,6 +108,7 @@ void SampleTable::clear() {
   own_.clear();
   blocks_.clear();
   count_ = 0;
+  totals_ = {};
   last_key_.clear();
   last_end_ = 0;
 }
@@ -187,9 +201,12 @@ bool SampleTable::decode(std::string_view bytes, uint64_t count, std::shared_ptr
     t.last_key_.resize(static_cast<size_t>(shared));
     t.last_key_.append(bytes, pos, static_cast<size_t>(rest));
     pos += static_cast<size_t>(rest);
-    const uint64_t begin = t.last_end_ + unzigzag(varint());
-    t.last_end_ = begin + unzigzag(varint());
-    varint();  // payload_bytes
+    SampleEntry e;
+    e.begin = t.last_end_ + unzigzag(varint());
+    e.end = e.begin + unzigzag(varint());
+    e.payload_bytes = varint();
+    t.totals_.add(e);
+    t.last_end_ = e.end;
   }
   if (!ok || pos != bytes.size()) return false;
   if (keep) {

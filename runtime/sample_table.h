@@ -119,6 +119,19 @@ class SampleTable {
   // Whether the table's bytes are another's (decoded with `keep`).
   bool borrowed() const { return keep_ != nullptr; }
 
+  // Sums and maxima over the entries, kept up to date as entries are added, so that start-up
+  // (the planner's chunk size, the bound on one sample, mean sizes) needs no walk over
+  // millions of samples. Sums wrap modulo 2^64 like the ranges they add.
+  struct Totals {
+    uint64_t payload_bytes = 0;  // sum of payload_bytes
+    uint64_t range = 0;          // sum of end - begin
+    uint64_t held = 0;           // sum of max(end - begin, payload_bytes)
+    uint64_t max_range = 0;      // largest end - begin
+    uint64_t max_payload = 0;    // largest payload_bytes
+    void add(const SampleEntry& e);
+  };
+  const Totals& totals() const { return totals_; }
+
   std::vector<SampleEntry> to_vector() const;
   // Bytes the table holds (stream and block index, allocated capacity included).
   size_t memory_bytes() const;
@@ -138,6 +151,7 @@ class SampleTable {
   size_t ext_size_ = 0;
   std::vector<uint64_t> blocks_;  // byte offset of entry k * kBlock
   size_t count_ = 0;
+  Totals totals_;
   // The last entry's key and end, what the next entry is coded against.
   std::string last_key_;
   uint64_t last_end_ = 0;

@@ -66,8 +66,7 @@ uint64_t held_bytes(const Manifest& m) {
     // A tar sample's range holds its members' headers and padding besides their bytes; a
     // directory's range counts files, not bytes.
     const bool ranges_are_bytes = s.kind == SourceKind::kTar || s.kind == SourceKind::kTarGz;
-    for (const auto& e : s.samples)
-      n += ranges_are_bytes ? std::max(e.end - e.begin, e.payload_bytes) : e.payload_bytes;
+    n += ranges_are_bytes ? s.samples.totals().held : s.samples.totals().payload_bytes;
   }
   return n;
 }

@@ -203,7 +203,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     for (const auto& src : job.manifest->sources) {
       if (src.kind != SourceKind::kTar && src.kind != SourceKind::kTarGz) continue;
       if (src.kind == SourceKind::kTarGz || io::is_remote_uri(src.uri)) reads = true;
-      for (const auto& sample : src.samples) span += sample.end - sample.begin;
+      span += src.samples.totals().range;
       items += src.samples.size();
     }
     const uint64_t chunk = uint64_t{job.plan.chunk_items} * (span / std::max<uint64_t>(1, items));

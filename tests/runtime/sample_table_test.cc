@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -37,6 +38,28 @@ void expect_holds(const SampleTable& t, const std::vector<SampleEntry>& want) {
       expect_same(*it, want[j], j);
   }
   EXPECT_TRUE(t.iterator_at(want.size()) == t.end());
+  // The totals kept as entries come are those of a walk over them.
+  SampleTable::Totals sums;
+  for (const auto& e : want) {
+    const uint64_t r = e.end - e.begin;
+    sums.payload_bytes += e.payload_bytes;
+    sums.range += r;
+    sums.held += std::max(r, e.payload_bytes);
+    sums.max_range = std::max(sums.max_range, r);
+    sums.max_payload = std::max(sums.max_payload, e.payload_bytes);
+  }
+  EXPECT_EQ(t.totals().payload_bytes, sums.payload_bytes);
+  EXPECT_EQ(t.totals().range, sums.range);
+  EXPECT_EQ(t.totals().held, sums.held);
+  EXPECT_EQ(t.totals().max_range, sums.max_range);
+  EXPECT_EQ(t.totals().max_payload, sums.max_payload);
+  // And a table decoded from the stream holds the same entries and totals.
+  SampleTable back;
+  ASSERT_TRUE(SampleTable::decode(t.encoded(), t.size(), nullptr, &back));
+  EXPECT_EQ(back.encoded(), t.encoded());
+  EXPECT_EQ(back.totals().held, sums.held);
+  EXPECT_EQ(back.totals().max_range, sums.max_range);
+  EXPECT_EQ(back.totals().max_payload, sums.max_payload);
 }
 
 std::vector<SampleEntry> tar_like(size_t n) {
