@@ -120,19 +120,18 @@ def manifest_mapping_kb(pid):
 
 
 def shared_manifest(args, folder, n, env):
-    """P runs at once; the largest RSS and PSS of the manifest mapping seen in each."""
+    """P runs at once; RSS and PSS of their manifest mappings when they held the most of it."""
     cmd = [args.shardyard, "run", "--source", source(folder), "--workers", "2",
            "--batch-size", "64", "--json"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True, env=env) for _ in range(args.processes)]
-    best = {}  # pid: (rss, pss) when all P mapped it at once, the largest rss seen
+    best = None  # the sample, all P mapping it, where the P held the most of it resident
     deadline = time.monotonic() + 900
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-        seen = {p.pid: manifest_mapping_kb(p.pid) for p in procs}
-        if all(v is not None for v in seen.values()):
-            for pid, v in seen.items():
-                if v[0] >= best.get(pid, (0, 0, None))[0]:
-                    best[pid] = v
+        seen = [manifest_mapping_kb(p.pid) for p in procs]
+        if all(v is not None for v in seen):
+            if best is None or sum(v[0] for v in seen) >= sum(v[0] for v in best):
+                best = seen
         time.sleep(0.02)
     outs = [p.communicate(timeout=60)[0] for p in procs]
     if any(p.returncode != 0 for p in procs):
@@ -140,20 +139,22 @@ def shared_manifest(args, folder, n, env):
     for out in outs:
         if json.loads(out.strip().splitlines()[-1])["samples"] != n:
             sys.exit("a concurrent run missed samples")
-    if len(best) != args.processes:
+    if best is None:
         return (f"{args.processes} concurrent runs: their manifest mappings were never seen "
                 "all at once (runs too short to sample)")
-    rss = max(v[0] for v in best.values()) / 1024
-    pss = max(v[1] for v in best.values()) / 1024
-    total = sum(v[1] for v in best.values()) / 1024
-    size = os.path.getsize(next(iter(best.values()))[2]) / 2**20
-    log(f"{args.processes} runs at once: manifest mapping RSS {rss:.1f} MiB, PSS {pss:.1f} MiB each")
+    rss = [v[0] / 1024 for v in best]
+    pss = [v[1] / 1024 for v in best]
+    size = os.path.getsize(best[0][2]) / 2**20
+    verdict = (f"one copy of the pages, not {args.processes}" if sum(pss) <= 1.1 * size
+               else "more than one copy of the pages")
+    log(f"{args.processes} runs at once: manifest mapping RSS {rss} MiB, PSS {pss} MiB")
     return (f"{args.processes} runs of the {n:,}-sample set at once (the same command, one "
-            f"manifest cache), as the ranks of a node: each maps the cached manifest and "
-            f"holds at most **{rss:.1f} MiB** of it resident, of which its proportional share "
-            f"(PSS) is **{pss:.1f} MiB**; all {args.processes} together {total:.1f} MiB, "
-            f"one copy of the pages (the cache file is {size:.1f} MiB). "
-            f"Read from /proc/PID/smaps every 20 ms while all {args.processes} ran.")
+            f"manifest cache), as the ranks of a node, each mapping the cached manifest "
+            f"({size:.1f} MiB). At the moment they held the most of it resident: RSS "
+            f"{' / '.join(f'{x:.1f}' for x in rss)} MiB, PSS (each one's share of the pages) "
+            f"{' / '.join(f'{x:.1f}' for x in pss)} MiB, **{sum(pss):.1f} MiB together**: "
+            f"{verdict}. Read from /proc/PID/smaps every 20 ms "
+            f"while all {args.processes} ran.")
 
 
 def slope(xs, ys):
