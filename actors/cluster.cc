@@ -384,6 +384,7 @@ Status Cluster::shutdown() {
     }
   }
   Status result;
+  std::vector<caf::actor_addr> stopped;  // the roles told to stop
   {
     caf::scoped_actor self{system->sys};
     if (job_coordinator && failure.is_ok()) {
@@ -432,6 +433,11 @@ Status Cluster::shutdown() {
       handle = nullptr;
     };
     for (auto& [r, roles] : ranks) {
+      // The roles, not the coordinator: its pending join deadline holds it until it is due.
+      stopped.push_back(caf::actor_cast<caf::actor_addr>(roles.checkpoint));
+      stopped.push_back(caf::actor_cast<caf::actor_addr>(roles.dispatcher));
+      stopped.push_back(caf::actor_cast<caf::actor_addr>(roles.loader));
+      for (auto& w : roles.workers) stopped.push_back(caf::actor_cast<caf::actor_addr>(w));
       stop(roles.checkpoint, "checkpoint actor of rank " + std::to_string(r));
       stop(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
       for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
@@ -441,6 +447,15 @@ Status Cluster::shutdown() {
     stop(coordinator, "coordinator");
   }
   if (gate) net::remove_rendezvous(d.options.rendezvous_file);
+  // With other processes, the actors must be gone while the network thread still runs
+  // (net::await_actors_gone says why); the warning names a wait that could not finish.
+  if (d.networked) {
+    if (size_t left = net::await_actors_gone(stopped, kShutdownTimeout))
+      std::fprintf(stderr,
+                   "shardyard: warning: %zu stopped actor(s) still referenced after %lld s; "
+                   "the actor system may not stop\n",
+                   left, static_cast<long long>(kShutdownTimeout.count() / 1000));
+  }
   system.reset();  // waits for every actor to finish, unless a trainer call still holds it
   d.tls.reset();
   return result;

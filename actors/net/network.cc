@@ -210,4 +210,21 @@ void remove_rendezvous(const std::string& file) {
   if (!file.empty()) std::remove(file.c_str());
 }
 
+size_t await_actors_gone(const std::vector<caf::actor_addr>& actors,
+                         std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto alive = [&] {
+    size_t n = 0;
+    // A weak address turns into a handle only while the actor exists.
+    for (const auto& a : actors) n += caf::actor_cast<caf::actor>(a) != nullptr;
+    return n;
+  };
+  size_t left = alive();
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    left = alive();
+  }
+  return left;
+}
+
 }  // namespace shardyard::actors::net

@@ -15,9 +15,11 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/net/gate.h"
 #include "actors/roles.h"
@@ -86,5 +88,15 @@ Result<coordinator_actor> connect_coordinator(caf::actor_system& sys, const Conn
 // The rendezvous file: rank 0 writes where it listens (atomically), the others read it.
 Status write_rendezvous(const std::string& file, const HostPort& bound);
 void remove_rendezvous(const std::string& file);
+
+// Waits until every actor of `actors` that was told to stop is destroyed, at most `limit`;
+// returns how many are still there. Call it before the actor system of a networked process
+// goes: CAF 0.17 stops its network thread without handling what is still queued for it (a
+// message to another process, a down message for a remote monitor), and a queued message
+// keeps its sender alive for good; the actor system then waits forever for a detached
+// sender's thread, and the network's broker leaks with what it holds. While the network
+// thread runs, it ships those messages and lets the senders go.
+size_t await_actors_gone(const std::vector<caf::actor_addr>& actors,
+                         std::chrono::milliseconds limit);
 
 }  // namespace shardyard::actors::net

@@ -10,11 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "actors/net/job_secret.h"
+#include "actors/net/network.h"
 #include "actors/net/tls_error_queue.h"
 
 namespace shardyard::actors::net {
@@ -141,6 +143,29 @@ TEST(TlsErrorQueueGuard, StaleErrorDoesNotFailAHealthyConnection) {
   std::remove((dir + "/job.pem").c_str());
   std::remove((dir + "/job.key").c_str());
   rmdir(dir.c_str());
+}
+
+// A stopped actor counts until nothing refers to it any more (a detached one included, whose
+// thread the actor system waits for), and the wait ends with its destruction.
+TEST(AwaitActorsGone, EndsWhenTheStoppedActorsAreDestroyedAndCountsOnesStillHeld) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  // (An argument: CAF 0.17 dereferences a null argument tuple for argument-less function actors.)
+  auto add = [](caf::event_based_actor*, int n) -> caf::behavior {
+    return {[n](int x) { return x + n; }};
+  };
+  caf::actor detached = sys.spawn<caf::detached>(add, 1);
+  caf::actor pooled = sys.spawn(add, 2);
+  const caf::actor_addr detached_addr = detached.address(), pooled_addr = pooled.address();
+  caf::actor held = pooled;  // another owner of the pooled one
+  caf::anon_send_exit(detached, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pooled, caf::exit_reason::user_shutdown);
+  detached = nullptr;
+  pooled = nullptr;
+  EXPECT_EQ(await_actors_gone({detached_addr}, std::chrono::seconds(30)), 0u);
+  EXPECT_EQ(await_actors_gone({detached_addr, pooled_addr}, std::chrono::milliseconds(20)), 1u);
+  held = nullptr;
+  EXPECT_EQ(await_actors_gone({detached_addr, pooled_addr}, std::chrono::seconds(30)), 0u);
 }
 
 }  // namespace
