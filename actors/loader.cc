@@ -43,9 +43,12 @@ struct Loader::Epoch {
   bool finished = false;
   Status error;
   int64_t last_report_ns = INT64_MIN / 2;  // Clock::steady_ns() of the last StepReport
-  loader_actor cursor_actor;               // this rank's loader actor: keeps the cursor
-  RankBoard* board = nullptr;              // what the monitor sees of the rank (the cluster's)
-  RoleStats* stats = nullptr;              // ... and of its loader
+  // This rank's loader actor, which keeps the cursor: by its address, so that a Loader that
+  // outlives Cluster::shutdown does not keep the actor (the shutdown of a networked process
+  // waits for its roles to be gone).
+  caf::actor_addr cursor_actor;
+  RankBoard* board = nullptr;  // what the monitor sees of the rank (the cluster's)
+  RoleStats* stats = nullptr;  // ... and of its loader
 
   void collate() {
     std::vector<Item> items;
@@ -259,7 +262,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   auto& e = *epoch_;
   e.epoch = epoch;
   e.rank = rank_;
-  e.cursor_actor = roles.loader;
+  e.cursor_actor = caf::actor_cast<caf::actor_addr>(roles.loader);
   e.board = &d.job->status->rank(rank_);
   e.stats = d.job->status->role("loader", rank_).get();  // the board keeps it
   e.stats->set_epoch(epoch);
@@ -392,13 +395,17 @@ Result<std::optional<Batch>> Loader::next() {
   // actor thousands of times a second, so report at most every 20 ms (and at the end); the
   // exact cursor stays with this object.
   const int64_t now = cluster_->impl_->job->clock->steady_ns();
-  if (now - e.last_report_ns >= 20'000'000 || e.next_step == e.steps) {
+  const bool last = e.next_step == e.steps;
+  if (now - e.last_report_ns >= 20'000'000 || last) {
     e.last_report_ns = now;
-    caf::anon_send(e.cursor_actor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
+    // Gone only after a shutdown, which ended the epoch anyway.
+    if (auto cursor = caf::actor_cast<loader_actor>(e.cursor_actor)) {
+      caf::anon_send(cursor, StepReport{rank_, e.epoch, e.next_step, e.delivered_items});
+      if (last)
+        caf::anon_send(cursor, RankEpochDone{rank_, e.epoch, e.next_step, e.delivered_items});
+    }
     e.board->set_cursor(e.next_step, e.delivered_items, e.cursor.consumed());
   }
-  if (e.next_step == e.steps)
-    caf::anon_send(e.cursor_actor, RankEpochDone{rank_, e.epoch, e.next_step, e.delivered_items});
   return b;
 }
 
