@@ -159,8 +159,12 @@ struct ShmProducer::Impl {
 
   Status send(const Frame& f) {
     Status s = socket.send(f, wait_timeout_ms);
-    if (!s.is_ok()) broken = unavailable(name() + ": " + s.message());
-    return broken.is_ok() ? s : broken;
+    if (s.is_ok()) return s;
+    // A loader that died can fail the send before its end of the socket is read: look, so
+    // that it is named the same way whichever call noticed first.
+    (void)drain();
+    if (broken.is_ok()) broken = unavailable(name() + ": " + s.message());
+    return broken;
   }
 
   Status push(Packet& packet) {
