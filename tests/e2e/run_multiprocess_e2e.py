@@ -51,8 +51,16 @@ def rank_cmd(source, *extra):
 def launch(nproc, command, *launcher_flags, env=None, timeout=JOB_TIMEOUT):
     argv = [sys.executable, LAUNCH, "--shardyard", base.ARGS.shardyard, "--nproc-per-node",
             str(nproc), *map(str, launcher_flags), "--", *command]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else os.environ)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env=env if env is not None else os.environ)
+    except subprocess.TimeoutExpired as e:
+        # What the launcher printed before it was killed says which processes had finished;
+        # kill_leftovers() then shows what still ran and where its threads waited.
+        said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        print(f"the launcher ran past {timeout} s; its stderr so far:\n{(said or '')[-3000:]}",
+              file=sys.stderr)
+        raise
 
 
 def in_one_process(tmp, name, source, ranks, *extra):
@@ -428,8 +436,31 @@ def case_slurm(tmp):
         exactly_once([got], exp, 1, f"SLURM on {nodes} node(s)")
 
 
+def describe_threads(pid):
+    """Each thread of a process with its name and the kernel function it waits in."""
+    lines = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return lines
+    for tid in tids:
+        parts = []
+        for what in ("comm", "wchan"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/{what}") as f:
+                    parts.append(f.read().strip() or "-")
+            except OSError:
+                parts.append("?")
+        lines.append(f"    thread {tid} {parts[0]}: waits in {parts[1]}")
+    return lines
+
+
 def kill_leftovers(tmp):
-    """A failed case still leaves nothing running."""
+    """A failed case still leaves nothing running; what ran is shown first (a hang's trace)."""
+    for pid, cmd in leftovers(tmp):
+        print(f"still running after the case: pid {pid}: {cmd[:300]}", file=sys.stderr)
+        for line in describe_threads(pid):
+            print(line, file=sys.stderr)
     for pid, _ in leftovers(tmp):
         try:
             os.kill(pid, signal.SIGKILL)
