@@ -432,16 +432,17 @@ Status Cluster::shutdown() {
                    });
       handle = nullptr;
     };
+    // The roles are remembered to be waited for below; the coordinator is not: its pending
+    // join deadline holds it until it is due.
+    auto stop_role = [&](auto& handle, const std::string& what) {
+      stopped.push_back(caf::actor_cast<caf::actor_addr>(handle));
+      stop(handle, what);
+    };
     for (auto& [r, roles] : ranks) {
-      // The roles, not the coordinator: its pending join deadline holds it until it is due.
-      stopped.push_back(caf::actor_cast<caf::actor_addr>(roles.checkpoint));
-      stopped.push_back(caf::actor_cast<caf::actor_addr>(roles.dispatcher));
-      stopped.push_back(caf::actor_cast<caf::actor_addr>(roles.loader));
-      for (auto& w : roles.workers) stopped.push_back(caf::actor_cast<caf::actor_addr>(w));
-      stop(roles.checkpoint, "checkpoint actor of rank " + std::to_string(r));
-      stop(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
-      for (auto& w : roles.workers) stop(w, "worker of rank " + std::to_string(r));
-      stop(roles.loader, "loader of rank " + std::to_string(r));
+      stop_role(roles.checkpoint, "checkpoint actor of rank " + std::to_string(r));
+      stop_role(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
+      for (auto& w : roles.workers) stop_role(w, "worker of rank " + std::to_string(r));
+      stop_role(roles.loader, "loader of rank " + std::to_string(r));
     }
     if (gate) stop(gate, "the coordinator's gate");
     stop(coordinator, "coordinator");
