@@ -11,10 +11,12 @@ against the same shards from local disk (page cache warm), in the same run.
        local  `shardyard run --source '/tmp/peerbench/SHAPE/train-{..}.tar' --workers 2
                --batch-size 64 --json`
        http   the same with --source 'http://127.0.0.1:PORT/SHAPE/train-{..}.tar'
-  4. time to first batch on 1,000 small remote shards without a manifest (`--no-cache`:
+  4. one ranged GET at a time (bench/http_range_bench.cc against Python's http.client):
+     the latency of a worker's read of one small-sample chunk;
+  5. time to first batch on 1,000 small remote shards without a manifest (`--no-cache`:
      the run resolves, scans every header over HTTP and starts): the run's
      manifest_seconds (start to first work) and total_seconds (whole run, an upper bound);
-  5. prints a Markdown table; --write-doc puts it between the remote_bench markers of
+  6. prints a Markdown table; --write-doc puts it between the remote_bench markers of
      docs/performance.md.
 
 Standard library only:
@@ -59,14 +61,52 @@ def pattern(shape, n):
     return f"{shape}/train-{{000000..{n - 1:06d}}}.tar"
 
 
+RANGE_SIZE, RANGE_OFFSET, RANGE_COUNT = 119808, 512, 50
+
+
+def python_ranged_gets(url):
+    """Median ms of RANGE_COUNT ranged GETs with http.client (delayed ACKs left to the kernel)."""
+    import http.client
+    import urllib.parse
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    ms = []
+    for i in range(RANGE_COUNT):
+        at = RANGE_OFFSET + i * RANGE_SIZE
+        t = time.perf_counter()
+        conn.request("GET", u.path, headers={"Range": f"bytes={at}-{at + RANGE_SIZE - 1}"})
+        body = conn.getresponse().read()
+        ms.append((time.perf_counter() - t) * 1000)
+        if len(body) != RANGE_SIZE:
+            raise RuntimeError(f"{url}: short ranged read")
+    conn.close()
+    return statistics.median(ms)
+
+
+def ranged_gets(bench, url, reps):
+    if not os.path.exists(bench):
+        print(f"{bench} not built (cmake --build BUILD --target http_range_bench): no ranged-GET line")
+        return None
+    ours, theirs = [], []
+    for _ in range(reps):
+        out = sh([bench, url, "--size", str(RANGE_SIZE), "--offset", str(RANGE_OFFSET), "--count", str(RANGE_COUNT)])
+        ours.append(json.loads(out.stdout)["median_ms"])
+        theirs.append(python_ranged_gets(url))
+    return {"shardyard": statistics.median(ours), "python": statistics.median(theirs)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardyard", default=os.path.join(REPO, "build", "tools", "shardyard"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--shapes", default="large,small")
     ap.add_argument("--write-doc", action="store_true")
+    ap.add_argument("--range-bench", default=None,
+                    help="http_range_bench binary (default: bench/http_range_bench beside --shardyard's build)")
     args = ap.parse_args()
     B = args.shardyard
+    if args.range_bench is None:
+        args.range_bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(B))), "bench", "http_range_bench")
     work = tempfile.mkdtemp(prefix="sy-remote-bench-")
     env = dict(os.environ, SHARDYARD_CACHE_DIR=f"{work}/cache")
     shapes = args.shapes.split(",")
@@ -102,6 +142,10 @@ def main():
                     res[name + "_rss"].append(s["peak_rss_kb"] / 1024)
                 print(shape, rep, {k: round(v[-1], 1) for k, v in res.items()}, flush=True)
             rows[shape] = ({k: statistics.median(v) for k, v in res.items()}, same, n, size)
+        # One ranged GET at a time, as a worker reads one chunk: shardyard's client against a
+        # client that leaves acknowledging to the kernel's delayed ACK (Python's http.client).
+        ranged = ranged_gets(args.range_bench, f"{ng.url}/small/train-000000.tar", args.reps) \
+            if "small" in shapes else None
         # Time to first batch: no manifest, 1,000 shards over HTTP.
         src = f"{ng2.url}/d/shard-{{000000..000999}}.tar"
         sh([B, "run", "--source", f"{ttfb_root}/d/shard-{{000000..000999}}.tar", "--json", "--no-cache",
@@ -125,6 +169,12 @@ def main():
     lines += ["", f"Time to first batch, 1,000 shards over HTTP, no manifest (`--no-cache`): start to first work "
               f"(resolve + parallel header scan) **{ttfb[0]:.3f} s**; whole run {ttfb[1]:.3f} s (slowest rep "
               f"{ttfb[2]:.3f} s); --dump-keys identical to local: {'yes' if ttfb[3] else '**NO**'}."]
+    if ranged:
+        lines += ["", "One ranged GET at a time on one kept-alive connection (`bench/http_range_bench.cc`, "
+                  f"{RANGE_COUNT} requests of {RANGE_SIZE:,} bytes from byte {RANGE_OFFSET} on, a small-sample "
+                  "chunk's size at an offset that is not a multiple of the page size; medians of the reps): "
+                  f"shardyard's client **{ranged['shardyard']:.2f} ms** per request, Python's `http.client` "
+                  f"{ranged['python']:.2f} ms."]
     table = "\n".join(lines)
     print(table)
     if args.write_doc:

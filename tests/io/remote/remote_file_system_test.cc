@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -135,6 +136,34 @@ TEST(HttpFileSystem, ABrokenBodyResumesAtTheByteWhereItBroke) {
   EXPECT_EQ(log[1], "GET bytes=0-1048575");
   EXPECT_EQ(log[2], "GET bytes=100000-1048575");  // resumed where the first body broke
   EXPECT_EQ(log[3], "GET bytes=200000-1048575");
+}
+
+// The client follows its connections from open to close (it closes them itself, to know
+// which sockets to acknowledge on): connections that a server breaks are closed, not leaked.
+TEST(HttpFileSystem, ConnectionsAServerBreaksAreClosed) {
+  REQUIRE_SERVERS();
+  auto open_fds = [] {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      (void)e;
+      ++n;
+    }
+    return n;
+  };
+  RemoteOptions o = fast_options();
+  o.http.retry.max_retries = 16;
+  auto fs = http_file_system(o);
+  auto f = fs->open(env("SY_TEST_HTTP_URL") + "/remote/blob.bin");
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  expect_blob(**f, 0, 1 << 20);  // the connections this thread keeps are open now
+  const size_t before = open_fds();
+  const std::string path = "/_f/drop:50000x12/remote/blob.bin";
+  auto g = fs->open(env("SY_TEST_PROXY_URL") + path);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  expect_blob(**g, 0, 1 << 20);  // one block-sized GET, broken 12 times
+  EXPECT_EQ(proxy_log(path).size(), 14u);
+  // At most the kept-alive connection to the proxy is new; 12 broken ones are gone.
+  EXPECT_LE(open_fds(), before + 2);
 }
 
 TEST(HttpFileSystem, AStalledTransferTimesOutAndResumes) {
