@@ -231,14 +231,20 @@ Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, ui
   if (unread_bytes_ > 0 && src.kind == SourceKind::kTar && !is_remote_uri(src.uri) &&
       (end - begin) / (last - first) >= unread_bytes_)
     return read_tar_unread(source, f, first, last, id, out);
-  if (src.kind == SourceKind::kTar && end - begin >= map_threshold_) {
+  // A remote file "maps" a range it has fetched ahead (io/remote/read_ahead.h): the items
+  // view the fetched block instead of a copy of it, whatever the size.
+  const bool remote = is_remote_uri(src.uri);
+  if (src.kind == SourceKind::kTar && (remote || end - begin >= map_threshold_)) {
     auto mapped = f->map(begin, end - begin);
     if (!mapped.is_ok()) return changed(source, mapped.status());
     if (*mapped) {
       bytes_read_ += end - begin;
       const auto& m = **mapped;
-      // The items' owner says where the bytes lie in the file (runtime/item.h FileBytes).
-      auto owner = file_bytes_owner(FileBytes{*mapped, m.data(), m.size(), source, begin, {}});
+      // The items' owner says where the bytes lie in a local file (runtime/item.h
+      // FileBytes), which another process can map itself; a remote file's block is memory.
+      auto owner =
+          remote ? std::shared_ptr<const void>(*mapped)
+                 : file_bytes_owner(FileBytes{*mapped, m.data(), m.size(), source, begin, {}});
       return parse_buffer(source, m.data(), m.size(), std::move(owner), begin, first, last, id,
                           out);
     }

@@ -14,8 +14,10 @@
 // tar scan and by the sample reader), and the blocks of one file hold at most
 // `max_cached_bytes` (the oldest goes first). A byte budget, not a block count: a worker
 // interleaving many logical shards of one file has many small hinted blocks in flight.
-// will_need(offset, n) fetches [offset, offset + n) (at least initial_block_bytes) in the
-// background; a file that has had a hint gets no blind read-ahead.
+// will_need(offset, n) fetches [offset, offset + n) (at least 64 KiB) in the background;
+// a file that has had a hint gets no blind read-ahead. map(offset, n) gives a view of a
+// fetched block that holds the whole range (a hinted chunk), so the reader's items keep
+// the block instead of a copy of it; nullptr when no block holds it (the caller reads).
 //
 // Thread-safe: read_at and will_need may be called from several threads; the background
 // fetches hold the wrapped file (shared) and their block, never the ReadAheadFile.

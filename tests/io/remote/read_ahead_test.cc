@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -115,6 +116,62 @@ TEST(ReadAhead, AHintFetchesTheRangeBeforeItIsRead) {
   for (size_t i = 0; i < before; ++i) EXPECT_GE(reads[i].first, 500000u);
   // Reading the hinted range asked for nothing new below its end.
   for (size_t i = before; i < reads.size(); ++i) EXPECT_GE(reads[i].first, 600000u);
+}
+
+// A hinted chunk is read as a view of the block fetched for it: no copy, no new request,
+// and the view keeps the bytes after the block has left the cache.
+TEST(ReadAhead, AHintedRangeIsMappedAsAViewOfItsBlock) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  ReadAheadOptions o = small_blocks();
+  o.block_bytes = 256 << 10;  // chunks of 70000 bytes fit one block each
+  auto f = read_ahead_file(base, o);
+  f->will_need(300000, 70000);  // one block of exactly the range
+  f->will_need(370000, 70000);  // the chunk after it, also hinted
+  auto view = f->map(300000, 70000);
+  ASSERT_TRUE(view.is_ok()) << view.status().to_string();
+  ASSERT_NE(*view, nullptr);
+  ASSERT_EQ((*view)->size(), 70000u);
+  auto next = f->map(370000, 70000);
+  ASSERT_TRUE(next.is_ok());
+  ASSERT_NE(*next, nullptr);
+  // Both were fetched by their hint alone, one request each, nothing else.
+  auto reads = base->reads();
+  ASSERT_EQ(reads.size(), 2u);
+  std::sort(reads.begin(), reads.end());
+  EXPECT_EQ(reads[0], std::make_pair(uint64_t{300000}, size_t{70000}));
+  EXPECT_EQ(reads[1], std::make_pair(uint64_t{370000}, size_t{70000}));
+  // Fill the cache with other blocks: the views stay valid and right.
+  for (uint64_t off = 500000; off < base->size(); off += 4096) expect_bytes(*f, *base, off, 4096);
+  EXPECT_EQ(std::memcmp((*view)->data(), base->bytes().data() + 300000, 70000), 0);
+  EXPECT_EQ(std::memcmp((*next)->data(), base->bytes().data() + 370000, 70000), 0);
+}
+
+// What no fetched block holds whole is not mapped: the caller reads it.
+TEST(ReadAhead, ARangeNoBlockHoldsIsNotMapped) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  auto f = read_ahead_file(base, small_blocks());
+  auto none = f->map(0, 4096);  // nothing fetched
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_EQ(*none, nullptr);
+  EXPECT_TRUE(base->reads().empty());  // mapping fetches nothing
+  f->will_need(100000, 70000);         // two blocks: 64 KiB and the rest
+  auto across = f->map(100000, 70000);
+  ASSERT_TRUE(across.is_ok());
+  EXPECT_EQ(*across, nullptr);
+  expect_bytes(*f, *base, 100000, 70000);  // read, from the two blocks
+  auto past = f->map(base->size() - 10, 100);
+  ASSERT_TRUE(past.is_ok());
+  EXPECT_EQ(*past, nullptr);
+  // A failed fetch is not mapped; the read that follows reports it.
+  base->fail_at(400000);
+  f->will_need(390000, 20000);
+  auto failed = f->map(390000, 20000);
+  ASSERT_TRUE(failed.is_ok());
+  EXPECT_EQ(*failed, nullptr);
+  std::string buf(20000, '\0');
+  auto r = f->read_at(390000, buf.data(), buf.size());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("injected failure"), std::string::npos);
 }
 
 TEST(ReadAhead, EndOfFileAndEmptyReads) {
