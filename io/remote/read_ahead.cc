@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/remote/http_util.h"
+#include "runtime/buffer.h"
 
 namespace shardyard::io {
 
@@ -70,58 +71,35 @@ TaskPool& pool() {
   return p;
 }
 
-// Buffers of blocks, reused: a fresh multi-MiB allocation is a fresh mapping that is
-// page-faulted in on every fill (TOOLCHAIN.md: memory copies on this CPU).
-class BufferRecycler {
- public:
-  std::unique_ptr<uint8_t[]> get(size_t n) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(n);
-      if (it != free_.end() && !it->second.empty()) {
-        auto b = std::move(it->second.back());
-        it->second.pop_back();
-        held_ -= n;
-        return b;
-      }
-    }
-    return std::unique_ptr<uint8_t[]>(new uint8_t[n]);
-  }
-  void put(std::unique_ptr<uint8_t[]> b, size_t n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (n < (1u << 20) || held_ + n > kMaxHeld) return;  // small or too many: free it
-    held_ += n;
-    free_[n].push_back(std::move(b));
-  }
-
- private:
-  static constexpr size_t kMaxHeld = 128u << 20;
-  std::mutex mu_;
-  std::map<size_t, std::vector<std::unique_ptr<uint8_t[]>>> free_;  // guarded by mu_
-  size_t held_ = 0;                                                 // guarded by mu_
-};
-
-BufferRecycler& recycler() {
-  static BufferRecycler r;
-  return r;
+// Buffers of blocks come from a pool (runtime/buffer.h): page-aligned, reused by size class
+// (blocks have the size of each hinted chunk), at most 128 MiB idle. A fresh multi-MiB
+// allocation is a fresh mapping that is page-faulted in on every fill (TOOLCHAIN.md:
+// memory copies on this CPU).
+std::shared_ptr<BufferPool> block_buffers() {
+  static const std::shared_ptr<BufferPool> pool = BufferPool::create(128u << 20);
+  return pool;
 }
 
 // One cached range of the file. Written by one fetch, then read-only once `ready` is set.
 struct Block {
   uint64_t begin = 0;
   size_t size = 0;
-  std::unique_ptr<uint8_t[]> data;
+  std::shared_ptr<Buffer> buffer;
+  uint8_t* data;
   size_t got = 0;
   Status status;
   std::promise<void> done;
   std::shared_future<void> ready;
 
   Block(uint64_t b, size_t n)
-      : begin(b), size(n), data(recycler().get(n)), ready(done.get_future()) {}
-  ~Block() { recycler().put(std::move(data), size); }
+      : begin(b),
+        size(n),
+        buffer(block_buffers()->acquire(n)),
+        data(buffer->data()),
+        ready(done.get_future()) {}
   uint64_t end() const { return begin + size; }
   void fill(RandomAccessFile& file) {
-    auto r = file.read_at(begin, data.get(), size);
+    auto r = file.read_at(begin, data, size);
     if (r.is_ok()) {
       got = *r;
     } else {
@@ -136,7 +114,7 @@ class BlockView final : public MappedRange {
  public:
   BlockView(std::shared_ptr<Block> block, size_t at, size_t n)
       : block_(std::move(block)), at_(at), n_(n) {}
-  const uint8_t* data() const override { return block_->data.get() + at_; }
+  const uint8_t* data() const override { return block_->data + at_; }
   size_t size() const override { return n_; }
 
  private:
@@ -179,7 +157,7 @@ class ReadAheadFile : public RandomAccessFile {
         hit->ready.wait();
         if (hit->status.is_ok() && pos < hit->begin + hit->got) {
           size_t take = static_cast<size_t>(std::min(end, hit->begin + hit->got) - pos);
-          std::memcpy(out + (pos - offset), hit->data.get() + (pos - hit->begin), take);
+          std::memcpy(out + (pos - offset), hit->data + (pos - hit->begin), take);
           pos += take;
           // Its last byte is read: readers do not come back (a tar scan and the sample
           // reader both read each byte once), so its memory goes to the next block.
