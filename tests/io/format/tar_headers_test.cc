@@ -95,6 +95,35 @@ TEST(TarNumbers, ChecksumFieldVariantsAreAccepted) {
   }
 }
 
+// Bytes of 0x80 and more (a UTF-8 name, padding of 0xff) count as unsigned in the usual
+// sum and as signed in the sum of old archives; both checksums are accepted.
+TEST(TarNumbers, ChecksumsOverHighBytesAreSummedRight) {
+  const std::string name = "d\xc3\xa9j\xc3\xa0/s\xc3\xbc.cls";
+  for (bool is_signed : {false, true}) {
+    SCOPED_TRACE(is_signed ? "signed" : "unsigned");
+    std::string archive = test::tar_member(name, "0") + test::tar_end();
+    std::memset(&archive[400], 0xff, 100);  // in the prefix field, after its NUL: summed, not read
+    std::memset(&archive[148], ' ', 8);
+    long usum = 0, ssum = 0;
+    for (size_t i = 0; i < 512; ++i) {
+      usum += static_cast<unsigned char>(archive[i]);
+      ssum += static_cast<signed char>(archive[i]);
+    }
+    ASSERT_NE(usum, ssum);  // the two sums differ: each is checked on its own
+    ASSERT_GT(ssum, 0);
+    const long sum = is_signed ? ssum : usum;
+    char text[16];
+    std::snprintf(text, sizeof text, "%06lo%c ", sum, '\0');
+    archive.replace(148, 8, std::string(text, 8));
+    auto got = entries(archive);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), 1u);
+    EXPECT_EQ((*got)[0].path, name);
+    archive[20] ^= 0x40;  // one byte more: neither sum matches
+    EXPECT_FALSE(entries(archive).is_ok());
+  }
+}
+
 // What tarfile or GNU tar refuses, or where they disagree, stays damage.
 TEST(TarNumbers, DamagedFieldsAreStillRefused) {
   for (const std::string& field :
