@@ -7,7 +7,6 @@
 #include <deque>
 #include <future>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
