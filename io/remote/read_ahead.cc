@@ -229,9 +229,8 @@ class ReadAheadFile : public RandomAccessFile {
     }
     // The range the reader names, so that its read of it finds one block and takes a view
     // of it (map) instead of a copy: a hint rounded up to initial_block_bytes covered a
-    // small chunk and part of the next, whose read then spanned two blocks and was copied
-    // (1,680 of 1,792 chunk reads of the 16-shard small set). At least kMinHintBytes, so
-    // that tiny chunks still cost few requests.
+    // small chunk and part of the next, whose read then spanned two blocks and was copied.
+    // At least kMinHintBytes, so that tiny chunks still cost few requests.
     const size_t most = std::max(o_.max_cached_bytes / 2, o_.initial_block_bytes);
     prefetch(offset, std::clamp(n, kMinHintBytes, most), true);
   }
