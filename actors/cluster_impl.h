@@ -84,11 +84,13 @@ struct Cluster::Impl {
   std::map<uint32_t, Status> rank_errors SY_GUARDED_BY(mu);
 
   // The job stopped (the coordinator said so, or went away): every open epoch is
-  // cancelled, so that a trainer waiting in next() hears of it at once.
+  // cancelled, so that a trainer waiting in next() hears of it at once. Once the owner has
+  // shut this cluster down, its ranks have left the job and the coordinator going away
+  // (its process stops once every rank left) is no failure: the trainer hears kCancelled.
   void stop_job(Status why) SY_EXCLUDES(mu) {
     {
       MutexLock lock(&mu);
-      if (!failure.is_ok()) return;
+      if (!failure.is_ok() || stopped) return;
       failure = std::move(why);
     }
     cancel_epochs();
