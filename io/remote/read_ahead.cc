@@ -84,21 +84,17 @@ struct Block {
   uint64_t begin = 0;
   size_t size = 0;
   std::shared_ptr<Buffer> buffer;
-  uint8_t* data;
   size_t got = 0;
   Status status;
   std::promise<void> done;
   std::shared_future<void> ready;
 
   Block(uint64_t b, size_t n)
-      : begin(b),
-        size(n),
-        buffer(block_buffers()->acquire(n)),
-        data(buffer->data()),
-        ready(done.get_future()) {}
+      : begin(b), size(n), buffer(block_buffers()->acquire(n)), ready(done.get_future()) {}
+  uint8_t* data() const { return buffer->data(); }
   uint64_t end() const { return begin + size; }
   void fill(RandomAccessFile& file) {
-    auto r = file.read_at(begin, data, size);
+    auto r = file.read_at(begin, data(), size);
     if (r.is_ok()) {
       got = *r;
     } else {
@@ -113,7 +109,7 @@ class BlockView final : public MappedRange {
  public:
   BlockView(std::shared_ptr<Block> block, size_t at, size_t n)
       : block_(std::move(block)), at_(at), n_(n) {}
-  const uint8_t* data() const override { return block_->data + at_; }
+  const uint8_t* data() const override { return block_->data() + at_; }
   size_t size() const override { return n_; }
 
  private:
@@ -156,7 +152,7 @@ class ReadAheadFile : public RandomAccessFile {
         hit->ready.wait();
         if (hit->status.is_ok() && pos < hit->begin + hit->got) {
           size_t take = static_cast<size_t>(std::min(end, hit->begin + hit->got) - pos);
-          std::memcpy(out + (pos - offset), hit->data + (pos - hit->begin), take);
+          std::memcpy(out + (pos - offset), hit->data() + (pos - hit->begin), take);
           pos += take;
           // Its last byte is read: readers do not come back (a tar scan and the sample
           // reader both read each byte once), so its memory goes to the next block.
