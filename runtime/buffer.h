@@ -1,6 +1,7 @@
 // Page-aligned byte buffers and a pool that recycles them.
 //
-// Fresh buffers of 128 KiB or more cost a page fault per 4 KiB on first touch, and copies
+// Fresh buffers cost a page fault per 4 KiB on first touch (per 2 MiB for buffers of 2 MiB or
+// more, which the default allocator asks transparent huge pages for), and copies
 // into buffers that start 8 or 16 bytes into a page run at a quarter of the speed on this
 // CPU (see docs/performance.md). Every bulk buffer (chunks read from a source, batch
 // columns) therefore comes from a BufferPool: page-aligned, reused, bounded.
@@ -61,21 +62,12 @@ class Buffer {
  private:
   friend class BufferPool;
 
-  // Where a pool's memory comes from. Thread-safe: called from any thread.
-  class BufferAllocator {
-   public:
-    virtual ~BufferAllocator() = default;
-    // A page-aligned block of `bytes` bytes, or null when there is no memory.
-    virtual uint8_t* allocate(size_t bytes) = 0;
-    // Gives back a block of allocate(bytes).
-    virtual void deallocate(uint8_t* data, size_t bytes) = 0;
-  };
   Buffer(uint8_t* data, size_t capacity, std::shared_ptr<BufferPool> pool)
       : data_(data), capacity_(capacity), pool_(std::move(pool)) {}
   uint8_t* data_;
   size_t size_ = 0;
   size_t capacity_;
-  std::shared_ptr<BufferPool> pool_;  // null: free on destruction
+  std::shared_ptr<BufferPool> pool_;  // never null
 };
 
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
