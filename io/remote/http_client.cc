@@ -1,6 +1,7 @@
 #include "io/remote/http_client.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -11,7 +12,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -23,9 +23,67 @@ namespace shardyard::io {
 
 namespace {
 
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+// libcurl, loaded at the first request instead of at process start. Linked, it and the
+// two dozen libraries it pulls in (Kerberos, LDAP, GnuTLS for RTMP, SSH, ...) cost every
+// shardyard process about 7 ms of symbol binding before main, worker processes and runs
+// over local files included (docs/performance.md, "Large samples read into the batch").
+// `SHARDYARD_LIBCURL` names another build of it (same ABI: libcurl.so.4).
+struct CurlLib {
+  CURLcode (*global_init)(long) = nullptr;
+  CURL* (*easy_init)() = nullptr;
+  void (*easy_reset)(CURL*) = nullptr;
+  void (*easy_cleanup)(CURL*) = nullptr;
+  CURLcode (*easy_setopt)(CURL*, CURLoption, ...) = nullptr;
+  CURLcode (*easy_perform)(CURL*) = nullptr;
+  const char* (*easy_strerror)(CURLcode) = nullptr;
+  curl_slist* (*slist_append)(curl_slist*, const char*) = nullptr;
+  void (*slist_free_all)(curl_slist*) = nullptr;
+  std::string error;  // why it is not usable; empty when it is
+
+  bool ok() const { return error.empty(); }
+};
+
+template <typename Fn>
+bool bind_symbol(void* lib, const char* name, Fn* fn, std::string* error) {
+  *fn = reinterpret_cast<Fn>(dlsym(lib, name));
+  if (*fn == nullptr && error->empty()) *error = std::string("it has no ") + name;
+  return *fn != nullptr;
+}
+
+CurlLib load_curl() {
+  CurlLib c;
+  const char* named = std::getenv("SHARDYARD_LIBCURL");
+  const std::string path = named != nullptr && *named != '\0' ? named : "libcurl.so.4";
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    c.error = "HTTP and S3 sources need libcurl, which could not be loaded (" +
+              std::string(why != nullptr ? why : path) +
+              "): install the Debian package libcurl4, or name the library in SHARDYARD_LIBCURL";
+    return c;
+  }
+  std::string missing;
+  bind_symbol(lib, "curl_global_init", &c.global_init, &missing);
+  bind_symbol(lib, "curl_easy_init", &c.easy_init, &missing);
+  bind_symbol(lib, "curl_easy_reset", &c.easy_reset, &missing);
+  bind_symbol(lib, "curl_easy_cleanup", &c.easy_cleanup, &missing);
+  bind_symbol(lib, "curl_easy_setopt", &c.easy_setopt, &missing);
+  bind_symbol(lib, "curl_easy_perform", &c.easy_perform, &missing);
+  bind_symbol(lib, "curl_easy_strerror", &c.easy_strerror, &missing);
+  bind_symbol(lib, "curl_slist_append", &c.slist_append, &missing);
+  bind_symbol(lib, "curl_slist_free_all", &c.slist_free_all, &missing);
+  if (!missing.empty()) {
+    c.error = path + " is not a usable libcurl: " + missing;
+  } else if (c.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    c.error = path + ": curl_global_init failed";
+  }
+  // Never unloaded: its easy handles live until their threads end.
+  return c;
+}
+
+const CurlLib& curl() {
+  static const CurlLib* lib = new CurlLib(load_curl());  // never destroyed: see load_curl
+  return *lib;
 }
 
 // The calling thread's easy handle: it owns the connections it has opened and keeps them
@@ -37,7 +95,7 @@ struct ThreadHandle {
   CURL* h = nullptr;
   std::vector<curl_socket_t> sockets;
   ~ThreadHandle() {
-    if (h) curl_easy_cleanup(h);
+    if (h) curl().easy_cleanup(h);
   }
 };
 
@@ -73,16 +131,20 @@ void ack_now() {
     (void)::setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
 }
 
+// The calling thread's easy handle, reset for a new request; null when libcurl is not
+// usable or has no memory for a handle.
 CURL* thread_handle() {
+  const CurlLib& c = curl();
+  if (!c.ok()) return nullptr;
   ThreadHandle& handle = thread_state();
   if (handle.h == nullptr) {
-    global_init();
-    handle.h = curl_easy_init();
+    handle.h = c.easy_init();
+    if (handle.h == nullptr) return nullptr;
   } else {
-    curl_easy_reset(handle.h);
+    c.easy_reset(handle.h);
   }
-  curl_easy_setopt(handle.h, CURLOPT_SOCKOPTFUNCTION, on_socket_open);
-  curl_easy_setopt(handle.h, CURLOPT_CLOSESOCKETFUNCTION, on_socket_close);
+  c.easy_setopt(handle.h, CURLOPT_SOCKOPTFUNCTION, on_socket_open);
+  c.easy_setopt(handle.h, CURLOPT_CLOSESOCKETFUNCTION, on_socket_close);
   return handle.h;
 }
 
@@ -282,39 +344,41 @@ struct Call {
 
 CURLcode perform(const HttpOptions& o, const Call& call, Transfer* t, const Deadline& deadline) {
   CURL* h = thread_handle();
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline.remaining_ms());
-  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-  curl_easy_setopt(h, CURLOPT_XFERINFODATA, t);
-  curl_easy_setopt(h, CURLOPT_URL, call.url.c_str());
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(o.low_speed_bytes_per_s));
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(o.low_speed_time_s));
-  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, o.verify_tls ? 1L : 0L);
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, o.verify_tls ? 2L : 0L);
+  if (h == nullptr) return CURLE_FAILED_INIT;
+  const CurlLib& c = curl();
+  c.easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline.remaining_ms());
+  c.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  c.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  c.easy_setopt(h, CURLOPT_XFERINFODATA, t);
+  c.easy_setopt(h, CURLOPT_URL, call.url.c_str());
+  c.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  c.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
+  c.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(o.low_speed_bytes_per_s));
+  c.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(o.low_speed_time_s));
+  c.easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  c.easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+  c.easy_setopt(h, CURLOPT_SSL_VERIFYPEER, o.verify_tls ? 1L : 0L);
+  c.easy_setopt(h, CURLOPT_SSL_VERIFYHOST, o.verify_tls ? 2L : 0L);
   // A signed request is valid for one URL only; a plain one may follow redirects.
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, call.signer ? 0L : 1L);
-  curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
-  if (std::strcmp(call.method, "HEAD") == 0) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  c.easy_setopt(h, CURLOPT_FOLLOWLOCATION, call.signer ? 0L : 1L);
+  c.easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+  c.easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  c.easy_setopt(h, CURLOPT_HEADERDATA, t);
+  c.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  c.easy_setopt(h, CURLOPT_WRITEDATA, t);
+  if (std::strcmp(call.method, "HEAD") == 0) c.easy_setopt(h, CURLOPT_NOBODY, 1L);
   curl_slist* headers = nullptr;
-  if (!call.range.empty()) headers = curl_slist_append(headers, ("Range: " + call.range).c_str());
+  if (!call.range.empty()) headers = c.slist_append(headers, ("Range: " + call.range).c_str());
   if (call.signer) {
     auto url = parse_url(call.url);
     if (url)
       for (const auto& line : call.signer->headers(call.method, *url, call.range))
-        headers = curl_slist_append(headers, line.c_str());
+        headers = c.slist_append(headers, line.c_str());
   }
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  CURLcode res = curl_easy_perform(h);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
-  curl_slist_free_all(headers);
+  c.easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  CURLcode res = c.easy_perform(h);
+  c.easy_setopt(h, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
+  c.slist_free_all(headers);
   return res;
 }
 
@@ -329,7 +393,9 @@ std::string outcome(CURLcode res, const Transfer& t) {
   if (res != CURLE_OK && !(res == CURLE_WRITE_ERROR && t.full)) {
     if (t.bad_range) return "the server answered another byte range than the one asked for";
     if (t.too_big) return "the response is larger than expected";
-    return curl_easy_strerror(res);
+    if (!curl().ok()) return curl().error;
+    if (res == CURLE_FAILED_INIT) return "libcurl could not create a transfer handle";
+    return curl().easy_strerror(res);
   }
   std::string s = "HTTP " + std::to_string(t.status);
   std::string code = s3_error_code(t.error_body);

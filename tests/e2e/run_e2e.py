@@ -399,6 +399,21 @@ def case_remote_http(tmp):
         _, s = run(url, "--workers", 2, dump=f"{tmp}/cached")
         check(s["manifest_cached"], "second http run did not use the cached manifest")
         check(same_dump(f"{tmp}/local0", f"{tmp}/cached", 1), "cached http run differs")
+        # libcurl is loaded at the first remote request, not at process start: glibc's
+        # loader names every library it maps under LD_DEBUG=files.
+        traced = dict(os.environ, LD_DEBUG="files")
+        p, _ = run_env(local, traced, "--no-cache")
+        check(p.returncode == 0 and "libcurl" not in p.stderr,
+              f"a run over local files loaded libcurl: exit {p.returncode}")
+        p, _ = run_env(url, traced, "--no-cache")
+        check(p.returncode == 0 and "file=libcurl.so.4" in p.stderr,
+              f"an http run did not load libcurl: exit {p.returncode}")
+        # Without a usable libcurl a remote run fails at once and says what to install.
+        broken = dict(os.environ, SHARDYARD_LIBCURL=f"{tmp}/no-such-libcurl.so.4")
+        p, _ = run_env(url, broken, "--no-cache")
+        check(p.returncode == 1 and "libcurl" in p.stderr and "SHARDYARD_LIBCURL" in p.stderr
+              and "no-such-libcurl.so.4" in p.stderr,
+              f"missing libcurl: exit {p.returncode}: {p.stderr[-600:]!r}")
 
 
 def case_remote_s3(tmp):
