@@ -151,15 +151,21 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // Fields that cross as file ranges take no room: without a dispatcher (whose items reach
   // a worker through its input channel, not from a mapping of its own), a sample of a local
   // tar shard that is always read by mapping (as long as the reader's mapping threshold) or
-  // left unread (as long as JobData::unread_field_bytes) counts one field's threshold (its
-  // small fields, a large one's neighbours); a smaller one may be read into a buffer and
-  // copied whole.
+  // left unread (as long as JobData::unread_field_bytes) counts a page for its small fields
+  // (a large one's neighbours: a label, JSON metadata), or its payload where that is less;
+  // a smaller sample may be read into a buffer and copied whole. The manifest does not say
+  // how a sample's payload splits into fields; where the small ones are larger the arena
+  // fills sooner and its worker waits for the loader, which costs speed, not correctness,
+  // and the floor of 8 MiB still holds 2,000 such samples. Counting the threshold of a
+  // field that crosses as a file range (64 KiB) instead made the arena of a 512 KiB-sample
+  // job 24 MiB, whose first fill cost a short run more than the room gave back
+  // (docs/performance.md, "Worker processes").
   const uint64_t payload =
       spec.enabled() ? job.manifest->window_payload_bytes()
                      : job.manifest->payload_bytes() / std::max<uint64_t>(1, job.index.num_items());
   uint64_t copied = payload;
   if (!spec.enabled() && job.dispatch == Dispatch::kNone) {
-    const uint64_t field = io::ShmChannelOptions{}.file_field_bytes;
+    const uint64_t small_fields = 4096;
     const uint64_t mapped =
         job.unread_field_bytes > 0
             ? std::min<uint64_t>(job.reader.map_threshold_bytes, job.unread_field_bytes)
@@ -169,7 +175,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       const bool ranges = src.kind == SourceKind::kTar && !io::is_remote_uri(src.uri);
       for (const auto& sample : src.samples)
         total += ranges && sample.end - sample.begin >= mapped
-                     ? std::min(sample.payload_bytes, field)
+                     ? std::min(sample.payload_bytes, small_fields)
                      : sample.payload_bytes;
       items += src.samples.size();
     }
