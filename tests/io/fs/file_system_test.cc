@@ -1,8 +1,10 @@
 // Tests of io/fs: the writing half of the FileSystem interface on the local file system,
 // atomic writes through any file system (a failure at any step leaves no temporary and the
 // old file intact), the refusal of a file system that only reads, and the test doubles.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -94,6 +96,47 @@ class ReadOnly : public FileSystem {
   }
   Result<std::vector<std::string>> list(const std::string& uri) override { return not_found(uri); }
 };
+
+// A local file reads from the page cache first without waiting for the disk (RWF_NOWAIT)
+// and finishes a range the cache does not hold with ordinary reads: the bytes are the
+// file's whether all, part or none of the range is cached, and at its end.
+TEST_F(LocalWriteTest, ReadsTheSameBytesWhetherThePageCacheHoldsAllPartOrNoneOfTheRange) {
+  const std::string path = dir_ + "/data.bin";
+  std::string bytes(3u << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>((i * 131 + i / 4096) & 0xff);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  // Clean pages can be dropped: write them back first.
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fsync(fd), 0);
+  auto drop = [&](uint64_t at, uint64_t n) {
+    (void)::posix_fadvise(fd, static_cast<off_t>(at), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+  };
+  auto file = local_file_system().open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  std::string got;
+  auto read = [&](uint64_t at, size_t n) {
+    got.assign(n + 100, '\x5a');
+    auto r = (*file)->read_at(at, got.data(), n + 100);  // asks past the end too
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    got.resize(r.is_ok() ? *r : 0);
+  };
+  for (int round = 0; round < 3; ++round) {
+    if (round == 1) drop(1u << 20, 2u << 20);  // the back two thirds out of the cache
+    if (round == 2) drop(0, 0);                // all of it
+    read(0, bytes.size());
+    EXPECT_EQ(got.size(), bytes.size()) << "round " << round;
+    EXPECT_TRUE(got == bytes) << "round " << round;
+    (*file)->will_need(0, bytes.size());  // a hint only: changes no byte
+    read(4096 * 200 + 7, 70000);
+    EXPECT_EQ(got, bytes.substr(4096 * 200 + 7, 70100)) << "round " << round;
+  }
+  ::close(fd);
+}
 
 TEST(ReadOnlyFileSystemTest, RefusesEveryWriteNamingTheUriAndWhatToDo) {
   ReadOnly fs;
