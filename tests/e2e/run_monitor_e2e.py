@@ -27,6 +27,9 @@ import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "servers"))
+from servers import free_port  # noqa: E402  (a port outside the ephemeral range)
+
 ARGS = None
 FAILS = []
 ROLES = {"coordinator", "dispatcher", "worker", "loader", "checkpoint"}
@@ -53,12 +56,6 @@ def wait_for(what, fn, timeout=60.0, step=0.2):
             last = e
         time.sleep(step)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(port, path, timeout=10):

@@ -13,7 +13,6 @@ import collections
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,17 +20,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import run_e2e as base  # noqa: E402  (make, read_dump, check)
+sys.path.insert(0, os.path.join(HERE, "..", "servers"))
+from servers import free_port  # noqa: E402  (a port outside the ephemeral range)
 
 LAUNCH = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "shardyard-launch"))
 check = base.check
 # Every wait of this file is bounded: a job that hangs fails its case, it does not hang it.
 JOB_TIMEOUT = 120
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dataset(tmp, shards=8, samples=40, **kw):

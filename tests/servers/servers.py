@@ -34,6 +34,7 @@ import http.client
 import http.server
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -49,6 +50,25 @@ SKIP = 77
 
 
 def free_port():
+    """A loopback TCP port that is free now, for a process started next to listen on.
+
+    Chosen at random below the kernel's ephemeral range when there is room there: a port
+    the kernel hands out itself (bind to port 0) is one any outgoing connection of a test
+    running beside this one may take before our process binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    rng = random.SystemRandom()
+    for _ in range(200 if low > 12000 else 0):
+        port = rng.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
