@@ -1,7 +1,5 @@
 #include "runtime/buffer.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <new>
 
@@ -9,48 +7,18 @@ namespace shardyard {
 
 namespace {
 constexpr size_t kPage = 4096;
-constexpr size_t kHugePage = 2u << 20;
-
-// Page-aligned heap memory. Blocks of 2 MiB or more are mapped on a 2 MiB boundary and
-// marked for transparent huge pages: a 32 MiB batch column then costs 16 page faults on
-// first touch instead of 8,192 (docs/performance.md, "Large samples read into the batch").
-// Where the kernel gives no huge pages, madvise fails or is ignored and the block is
-// ordinary memory.
+// Page-aligned heap memory. Not asked for transparent huge pages: on the VM the benchmarks
+// run on, huge-page-sized free blocks are the ones handed back to the host, so a column
+// mapped on them after a pause costs more at its first touch than one of small pages
+// (docs/performance.md, "Large samples read into the batch").
 class HeapAllocator : public BufferAllocator {
  public:
   uint8_t* allocate(size_t bytes) override {
-    if (bytes >= kHugePage) return map_huge(bytes);
     void* p = nullptr;
     if (posix_memalign(&p, kPage, bytes == 0 ? kPage : bytes) != 0) return nullptr;
     return static_cast<uint8_t*>(p);
   }
-  void deallocate(uint8_t* data, size_t bytes) override {
-    if (bytes >= kHugePage) {
-      munmap(data, round_up(bytes, kPage));
-    } else {
-      std::free(data);
-    }
-  }
-
- private:
-  static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
-
-  static uint8_t* map_huge(size_t bytes) {
-    const size_t len = round_up(bytes, kPage);
-    const size_t span = len + kHugePage - kPage;
-    void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
-    auto* start = static_cast<uint8_t*>(p);
-    auto* aligned =
-        reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(start), kHugePage));
-    if (aligned > start) munmap(start, static_cast<size_t>(aligned - start));
-    const size_t tail = static_cast<size_t>((start + span) - (aligned + len));
-    if (tail > 0) munmap(aligned + len, tail);
-#ifdef MADV_HUGEPAGE
-    madvise(aligned, len, MADV_HUGEPAGE);
-#endif
-    return aligned;
-  }
+  void deallocate(uint8_t* data, size_t) override { std::free(data); }
 };
 }  // namespace
 

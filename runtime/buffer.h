@@ -1,7 +1,6 @@
 // Page-aligned byte buffers and a pool that recycles them.
 //
-// Fresh buffers cost a page fault per 4 KiB on first touch (per 2 MiB for buffers of 2 MiB or
-// more, which the default allocator asks transparent huge pages for), and copies
+// Fresh buffers of 128 KiB or more cost a page fault per 4 KiB on first touch, and copies
 // into buffers that start 8 or 16 bytes into a page run at a quarter of the speed on this
 // CPU (see docs/performance.md). Every bulk buffer (chunks read from a source, batch
 // columns) therefore comes from a BufferPool: page-aligned, reused, bounded.

@@ -6,9 +6,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,60 +38,6 @@ TEST(BufferPool, BuffersArePageAlignedAndAtLeastTheRequestedSize) {
       EXPECT_EQ(buf->data()[buf->capacity() - 1], 0xab);
     }
   }
-}
-
-// The VmFlags line of the mapping in /proc/self/smaps that holds `p` ("" when none does).
-std::string vm_flags_of(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  bool inside = false;
-  std::string line;
-  while (std::getline(smaps, line)) {
-    uintptr_t lo = 0;
-    uintptr_t hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {  // "lo-hi perms offset ..."
-      inside = addr >= lo && addr < hi;
-    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
-      return line;
-    }
-  }
-  return "";
-}
-
-bool transparent_huge_pages_offered() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string mode;
-  std::getline(f, mode);
-  return !mode.empty() && mode.find("[never]") == std::string::npos;
-}
-
-TEST(BufferPool, BuffersOfTwoMiBOrMoreSitOnHugePageBoundariesAndAskForHugePages) {
-  auto pool = BufferPool::create(64u << 20);
-  std::vector<std::shared_ptr<Buffer>> held;
-  for (size_t bytes : {size_t{2u << 20}, size_t{(2u << 20) + 1}, size_t{33u << 20}}) {
-    held.push_back(pool->acquire(bytes));
-    const auto& buf = held.back();
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % (2u << 20), 0u) << bytes;
-    std::memset(buf->data(), 0x5a, buf->capacity());
-    EXPECT_EQ(buf->data()[buf->capacity() - 1], 0x5a);
-    const std::string flags = vm_flags_of(buf->data());
-    ASSERT_FALSE(flags.empty()) << "no mapping holds the buffer of " << bytes << " bytes";
-    if (transparent_huge_pages_offered()) {
-      EXPECT_NE(flags.find(" hg"), std::string::npos) << bytes << ": " << flags;
-    }
-  }
-  // Released and taken again: the same mapping, still whole.
-  uint8_t* first = held.front()->data();
-  held.clear();
-  auto again = pool->acquire(2u << 20);
-  EXPECT_EQ(again->data(), first);
-  EXPECT_EQ(again->data()[(2u << 20) - 1], 0x5a);
-  // Past the cache bound a huge buffer goes back to the system (ASan would see a bad free).
-  auto none = BufferPool::create(0);
-  { auto big = none->acquire(3u << 20); }
-  EXPECT_EQ(none->cached_bytes(), 0u);
 }
 
 TEST(BufferPool, ReusesAReleasedBufferOfTheSameSizeClass) {
