@@ -43,11 +43,11 @@ struct CurlLib {
   bool ok() const { return error.empty(); }
 };
 
+// Points *fn at `name` in `lib`; names the first symbol missing in *error.
 template <typename Fn>
-bool bind_symbol(void* lib, const char* name, Fn* fn, std::string* error) {
+void bind_symbol(void* lib, const char* name, Fn* fn, std::string* error) {
   *fn = reinterpret_cast<Fn>(dlsym(lib, name));
   if (*fn == nullptr && error->empty()) *error = std::string("it has no ") + name;
-  return *fn != nullptr;
 }
 
 CurlLib load_curl() {
