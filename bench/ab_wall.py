@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Two or more shardyard binaries (or argument sets) against each other and `cat`, on one
+set of /tmp/peerbench, interleaved: per rep, `cat` of the shards, then each configuration,
+each run after an untimed `cat` that warms the page cache (and, with --pause, a sleep
+before it: this VM hands memory left idle back to the host, which a short run then pays
+for; docs/performance.md, "Large samples read into the batch").
+
+Timed: the wall time of the whole process; CPU = user + system of it and of the worker
+processes it waited for. Prints the median wall, the median and range of cat / wall, the
+median CPU and the highest peak RSS of each configuration.
+
+  /usr/bin/python3 bench/ab_wall.py --set large16 --reps 7 --pause 3 \\
+      old=/path/to/old/shardyard new=build/tools/shardyard \\
+      'newL=build/tools/shardyard:--placement local'
+"""
+import argparse
+import glob
+import json
+import resource
+import statistics
+import subprocess
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--set", required=True, help="a folder of --data-dir: large16, small, ...")
+    ap.add_argument("--data-dir", default="/tmp/peerbench")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--pause", type=float, default=0.0, help="seconds slept before each run")
+    ap.add_argument("configs", nargs="+", help="LABEL=BINARY[:EXTRA ARGS]")
+    args = ap.parse_args()
+    files = sorted(glob.glob(f"{args.data_dir}/{args.set}/train-*.tar"))
+    if not files:
+        raise SystemExit(f"no train-*.tar in {args.data_dir}/{args.set}")
+    source = f"{args.data_dir}/{args.set}/train-{{000000..{len(files) - 1:06d}}}.tar"
+    configs = []
+    for c in args.configs:
+        label, rest = c.split("=", 1)
+        binary, _, extra = rest.partition(":")
+        configs.append((label, binary, extra.split()))
+    res = {"cat": []}
+    res.update({label: [] for label, _, _ in configs})
+
+    def warm():
+        time.sleep(args.pause)
+        subprocess.run(["cat"] + files, stdout=subprocess.DEVNULL, check=True)
+
+    for _ in range(args.reps):
+        warm()
+        t = time.perf_counter()
+        subprocess.run(["cat"] + files, stdout=subprocess.DEVNULL, check=True)
+        res["cat"].append((time.perf_counter() - t, 0.0, 0))
+        for label, binary, extra in configs:
+            warm()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            p = subprocess.run([binary, "run", "--source", source, "--workers", "2",
+                                "--batch-size", "64", "--json"] + extra,
+                               capture_output=True, text=True, timeout=600)
+            wall = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if p.returncode != 0:
+                raise SystemExit(f"{label}: exit {p.returncode}: {p.stderr[-2000:]}")
+            summary = json.loads(p.stdout.strip().splitlines()[-1])
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            res[label].append((wall, cpu, summary["peak_rss_kb"]))
+    cat = [r[0] for r in res["cat"]]
+    for label, runs in res.items():
+        ratios = [c / r[0] for c, r in zip(cat, runs)]
+        print(f"{label:10s} wall {statistics.median(r[0] for r in runs):.3f} s  cat/wall "
+              f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})  CPU "
+              f"{statistics.median(r[1] for r in runs):.3f} s  peak RSS "
+              f"{max(r[2] for r in runs) // 1024} MiB")
+
+
+if __name__ == "__main__":
+    main()
