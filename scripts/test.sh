@@ -25,6 +25,7 @@ if [ "${SY_SKIP_SANITIZE:-0}" != 1 ]; then
   sy_build "$SY_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSHARDYARD_SANITIZE=ON \
     -DSHARDYARD_BENCHMARKS=OFF
   (cd "$SY_ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    LSAN_OPTIONS=suppressions=$SY_ROOT/tests/lsan.supp \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j "$SY_JOBS" --timeout 900)
 fi
