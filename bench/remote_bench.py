@@ -11,6 +11,7 @@ against the same shards from local disk (page cache warm), in the same run.
        local  `shardyard run --source '/tmp/peerbench/SHAPE/train-{..}.tar' --workers 2
                --batch-size 64 --json`
        http   the same with --source 'http://127.0.0.1:PORT/SHAPE/train-{..}.tar'
+       libcurl  the same HTTP run with SHARDYARD_HTTP_DIRECT=0 (every request through libcurl)
   4. one ranged GET at a time (bench/http_range_bench.cc against Python's http.client):
      the latency of a worker's read of one small-sample chunk;
   5. time to first batch on 1,000 small remote shards without a manifest (`--no-cache`:
@@ -130,16 +131,26 @@ def main():
             sh([B, "run", "--source", local, "--json", "--dump-keys", f"{work}/{shape}-local"], env)
             sh([B, "run", "--source", http, "--json", "--dump-keys", f"{work}/{shape}-http"], env)
             same = open(f"{work}/{shape}-local/rank-0.tsv").read() == open(f"{work}/{shape}-http/rank-0.tsv").read()
-            res = {"curl": [], "local": [], "http": [], "local_cpu": [], "http_cpu": [], "local_rss": [], "http_rss": []}
+            res = {"curl": [], "local": [], "http": [], "local_cpu": [], "http_cpu": [], "local_rss": [], "http_rss": [],
+                   "http_run": [], "curlpath_run": [], "curlpath_cpu": []}
             for rep in range(args.reps):
                 t = time.time()
                 sh(["curl", "-s", "-Z"] + sum([[u, "-o", "/dev/null"] for u in urls], []))
                 res["curl"].append(size / (time.time() - t) / 1e6)
                 for name, src in (("local", local), ("http", http)):
+                    t = time.time()
                     s = summary(sh([B, "run", "--source", src, "--json", "--workers", "2", "--batch-size", "64"], env))
+                    if name == "http":  # as curl's column: the URLs' bytes over the whole process
+                        res["http_run"].append(size / (time.time() - t) / 1e6)
                     res[name].append(s["mb_per_s"])
                     res[name + "_cpu"].append(s["cpu_seconds"])
                     res[name + "_rss"].append(s["peak_rss_kb"] / 1024)
+                # The same with every request through libcurl (io/remote/http_client.cc).
+                t = time.time()
+                s = summary(sh([B, "run", "--source", http, "--json", "--workers", "2", "--batch-size", "64"],
+                               dict(env, SHARDYARD_HTTP_DIRECT="0")))
+                res["curlpath_run"].append(size / (time.time() - t) / 1e6)
+                res["curlpath_cpu"].append(s["cpu_seconds"])
                 print(shape, rep, {k: round(v[-1], 1) for k, v in res.items()}, flush=True)
             rows[shape] = ({k: statistics.median(v) for k, v in res.items()}, same, n, size)
         # One ranged GET at a time, as a worker reads one chunk: shardyard's client against a
@@ -159,12 +170,16 @@ def main():
         ttfb = (statistics.median(m), statistics.median(t), max(t), same)
     lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench/remote_bench.py "
              f"--reps {args.reps}`, medians; nginx 1.22 on 127.0.0.1 serving {DATA}; 2 workers, batch 64, "
-             "manifests cached; page cache warm for both.", "",
-             "| dataset | curl -Z to /dev/null (transport ceiling) | local disk | HTTP (nginx) | HTTP / local | HTTP / ceiling | CPU s local / HTTP | peak RSS MiB local / HTTP | --dump-keys identical |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "manifests cached; page cache warm for both. \"HTTP (nginx)\" and \"local disk\" are the runs' "
+             "own `mb_per_s` (payload bytes over the time from the first work to the last batch); "
+             "\"whole run\" counts, as the curl column does, the URLs' bytes (tar headers included) "
+             "over the wall time of the whole process.", "",
+             "| dataset | curl -Z to /dev/null (transport ceiling) | local disk | HTTP (nginx) | HTTP / local | HTTP / ceiling | HTTP whole run, the URLs' bytes | whole run / curl | CPU s local / HTTP | peak RSS MiB local / HTTP | --dump-keys identical |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for shape, (r, same, n, size) in rows.items():
         lines.append(f"| {shape} ({n} shards, {size / 1e6:.0f} MB) | {r['curl']:.0f} MB/s | {r['local']:.0f} MB/s | "
                      f"{r['http']:.0f} MB/s | **{100 * r['http'] / r['local']:.0f}%** | {100 * r['http'] / r['curl']:.0f}% | "
+                     f"{r['http_run']:.0f} MB/s | **{100 * r['http_run'] / r['curl']:.0f}%** | "
                      f"{r['local_cpu']:.2f} / {r['http_cpu']:.2f} | {r['local_rss']:.0f} / {r['http_rss']:.0f} | {'yes' if same else '**NO**'} |")
     lines += ["", f"Time to first batch, 1,000 shards over HTTP, no manifest (`--no-cache`): start to first work "
               f"(resolve + parallel header scan) **{ttfb[0]:.3f} s**; whole run {ttfb[1]:.3f} s (slowest rep "
@@ -175,6 +190,13 @@ def main():
                   "chunk's size at an offset that is not a multiple of the page size; medians of the reps): "
                   f"shardyard's client **{ranged['shardyard']:.2f} ms** per request, Python's `http.client` "
                   f"{ranged['python']:.2f} ms."]
+    lines += ["", "Ranged GETs without libcurl (`SHARDYARD_HTTP_DIRECT`, default on) against every request "
+              "through libcurl (`SHARDYARD_HTTP_DIRECT=0`), same reps: whole run in the URLs' bytes per second, "
+              "CPU seconds of the shardyard process."]
+    lines += ["", "| dataset | direct | libcurl | direct / libcurl | CPU s direct / libcurl |", "|---|---|---|---|---|"]
+    for shape, (r, same, n, size) in rows.items():
+        lines.append(f"| {shape} | {r['http_run']:.0f} MB/s | {r['curlpath_run']:.0f} MB/s | "
+                     f"{r['http_run'] / r['curlpath_run']:.2f} | {r['http_cpu']:.2f} / {r['curlpath_cpu']:.2f} |")
     table = "\n".join(lines)
     print(table)
     if args.write_doc:

@@ -2,13 +2,17 @@
 
 #include <curl/curl.h>
 #include <dlfcn.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -201,10 +205,8 @@ struct Transfer {
   // Response.
   long status = 0;
   std::string error_body;
-  std::optional<ContentRange> content_range;
-  int64_t content_length = -1;
-  std::string etag;
-  int64_t last_modified_ns = 0;
+  ResponseFields fields;
+  std::string transport_error;  // why a transfer made without libcurl failed
 };
 
 // Called by curl about once a second and on every chunk: a non-zero answer aborts.
@@ -221,28 +223,11 @@ size_t on_header(char* data, size_t size, size_t nitems, void* user) {
   if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or a 100)
     auto sp = line.find(' ');
     t->status = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, nullptr, 10);
-    t->content_range.reset();
-    t->content_length = -1;
-    t->etag.clear();
-    t->last_modified_ns = 0;
+    t->fields = ResponseFields{};
     return n;
   }
   std::string name, value;
-  if (!split_header_line(line, &name, &value)) return n;
-  if (name == "content-range") {
-    t->content_range = parse_content_range(value);
-  } else if (name == "content-length") {
-    char* end = nullptr;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (end != value.c_str() && *end == '\0' && v >= 0) t->content_length = v;
-  } else if (name == "etag") {
-    t->etag = value;
-    if (t->etag.rfind("W/", 0) == 0) t->etag = t->etag.substr(2);
-    if (t->etag.size() >= 2 && t->etag.front() == '"' && t->etag.back() == '"')
-      t->etag = t->etag.substr(1, t->etag.size() - 2);
-  } else if (name == "last-modified") {
-    t->last_modified_ns = parse_http_time(value).value_or(0);
-  }
+  if (split_header_line(line, &name, &value)) note_response_field(name, value, &t->fields);
   return n;
 }
 
@@ -259,7 +244,7 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
   if (!t->checked) {
     t->checked = true;
     if (t->ranged && t->status == 206) {
-      if (!t->content_range || t->content_range->first != t->range_at) {
+      if (!t->fields.content_range || t->fields.content_range->first != t->range_at) {
         t->bad_range = true;
         return 0;  // aborts the transfer
       }
@@ -342,7 +327,383 @@ struct Call {
   std::string range;  // header value, or empty
 };
 
+// ---- Ranged GETs of http:// URLs without libcurl ----
+//
+// libcurl receives a body into its own buffer and hands it to on_body 16 KiB at a time:
+// every byte was copied once more, and its transfer loop polled the socket and asked for a
+// quick ACK for each piece (docs/performance.md, "Remote sources"). A ranged GET of a plain
+// http:// URL into the caller's memory (a read-ahead block, a batch column) is made here
+// instead: one request on a connection the calling thread keeps alive, and the body
+// received straight into its destination. What is not a plain answer (a redirect, a body
+// without a Content-Length, a 200 to a range that the caller wants skipped) closes the
+// connection and is asked again through libcurl, as is every other request (HEAD, https,
+// listings, streamed bodies) and every request while a proxy is set in the environment.
+// SHARDYARD_HTTP_DIRECT=0 sends everything through libcurl.
+
+bool direct_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SHARDYARD_HTTP_DIRECT");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+    for (const char* proxy : {"http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"}) {
+      const char* p = std::getenv(proxy);
+      if (p != nullptr && *p != '\0') return false;  // libcurl knows proxies; we do not
+    }
+    return true;
+  }();
+  return on;
+}
+
+// One kept-alive connection of the calling thread.
+struct DirectConn {
+  std::string host;
+  int port = 0;
+  int fd = -1;
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  ~DirectConn() { close(); }
+};
+
+// The calling thread's connections, one per server (a few at most).
+std::vector<std::unique_ptr<DirectConn>>& direct_conns() {
+  thread_local std::vector<std::unique_ptr<DirectConn>> conns;
+  return conns;
+}
+
+DirectConn& direct_conn(const std::string& host, int port) {
+  auto& conns = direct_conns();
+  for (auto& c : conns)
+    if (c->port == port && c->host == host) return *c;
+  if (conns.size() >= 8) conns.erase(conns.begin());  // the oldest server goes
+  conns.push_back(std::make_unique<DirectConn>());
+  conns.back()->host = host;
+  conns.back()->port = port;
+  return *conns.back();
+}
+
+enum class Wait { kReady, kTimeout, kCancelled, kError };
+
+// Waits until `fd` is ready for `events`, in slices that notice a cancel, never past the
+// deadline nor past `until` (the end of the low-speed window).
+Wait wait_for(int fd, short events, const Deadline& deadline, const Transfer& t,
+              std::chrono::steady_clock::time_point until) {
+  for (;;) {
+    if (g_cancelled.load(std::memory_order_relaxed) ||
+        (t.stop != nullptr && t.stop->load(std::memory_order_relaxed)))
+      return Wait::kCancelled;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until || deadline.expired()) return Wait::kTimeout;
+    long ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+    if (deadline.remaining_ms() > 0) ms = std::min(ms, deadline.remaining_ms());
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, static_cast<int>(std::clamp<long>(ms, 1, 200)));
+    if (r > 0) return (p.revents & (events | POLLHUP | POLLERR)) ? Wait::kReady : Wait::kError;
+    if (r < 0 && errno != EINTR) return Wait::kError;
+  }
+}
+
+// Opens a connection to host:port within the connect timeout; -1 with *res set on failure.
+int direct_connect(const HttpOptions& o, const Url& url, int port, const Deadline& deadline,
+                   Transfer* t, CURLcode* res) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int e = ::getaddrinfo(url.host.c_str(), service.c_str(), &hints, &found); e != 0) {
+    t->transport_error = "could not resolve host " + url.host + " (" + gai_strerror(e) + ")";
+    *res = CURLE_COULDNT_RESOLVE_HOST;
+    return -1;
+  }
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
+  int fd = -1, err = 0;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      Wait w = wait_for(fd, POLLOUT, deadline, *t, until);
+      socklen_t len = sizeof err;
+      if (w == Wait::kReady && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+        r = 0;
+      else if (w == Wait::kTimeout)
+        err = ETIMEDOUT;
+      else if (w == Wait::kCancelled)
+        err = ECANCELED;
+    } else if (r != 0) {
+      err = errno;
+    }
+    if (r != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) {
+    t->transport_error =
+        "could not connect to " + url.host + " port " + service + " (" + std::strerror(err) + ")";
+    *res = err == ECANCELED ? CURLE_ABORTED_BY_CALLBACK : CURLE_COULDNT_CONNECT;
+    return -1;
+  }
+  const int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  return fd;
+}
+
+// Moves bytes from or to a connection, noticing a stall: fewer than low_speed_bytes_per_s
+// over low_speed_time_s ends the attempt (CURLE_OPERATION_TIMEDOUT), as libcurl's
+// low-speed limit does; so do the deadline and a cancel.
+class DirectIo {
+ public:
+  DirectIo(const HttpOptions& o, const Deadline& deadline, const Transfer& t, int fd)
+      : o_(o), deadline_(deadline), t_(t), fd_(fd) {
+    start_window();
+  }
+  // Sends all of `data`; false with *res set on failure.
+  bool send_all(const std::string& data, CURLcode* res) {
+    for (size_t at = 0; at < data.size();) {
+      ssize_t r = ::send(fd_, data.data() + at, data.size() - at, MSG_NOSIGNAL);
+      if (r > 0) {
+        at += static_cast<size_t>(r);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!wait(POLLOUT, res)) return false;
+        continue;
+      }
+      *res = CURLE_SEND_ERROR;
+      return false;
+    }
+    return true;
+  }
+  // Receives up to n bytes (at least 1); 0 at the end of the stream; -1 with *res set.
+  ssize_t recv_some(void* dst, size_t n, CURLcode* res) {
+    for (;;) {
+      ssize_t r = ::recv(fd_, dst, n, 0);
+      if (r > 0) {
+        window_bytes_ += static_cast<uint64_t>(r);
+        return r;
+      }
+      if (r == 0) return 0;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        *res = CURLE_RECV_ERROR;
+        return -1;
+      }
+      if (!wait(POLLIN, res)) return -1;
+    }
+  }
+
+ private:
+  void start_window() {
+    window_end_ = std::chrono::steady_clock::now() + std::chrono::seconds(o_.low_speed_time_s);
+    window_bytes_ = 0;
+  }
+  bool wait(short events, CURLcode* res) {
+    for (;;) {
+      switch (wait_for(fd_, events, deadline_, t_, window_end_)) {
+        case Wait::kReady:
+          return true;
+        case Wait::kCancelled:
+          *res = CURLE_ABORTED_BY_CALLBACK;
+          return false;
+        case Wait::kError:
+          *res = CURLE_RECV_ERROR;
+          return false;
+        case Wait::kTimeout:
+          if (!deadline_.expired() &&
+              window_bytes_ >= uint64_t{o_.low_speed_bytes_per_s} * o_.low_speed_time_s) {
+            start_window();  // fast enough over the window that ended: a new one
+            continue;
+          }
+          *res = CURLE_OPERATION_TIMEDOUT;
+          return false;
+      }
+    }
+  }
+
+  const HttpOptions& o_;
+  const Deadline& deadline_;
+  const Transfer& t_;
+  int fd_;
+  std::chrono::steady_clock::time_point window_end_;
+  uint64_t window_bytes_ = 0;
+};
+
+// Acknowledges at once what has arrived on `fd` (see ack_now).
+void ack_fd(int fd) {
+  const int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+}
+
+// A large body's destination is often fresh memory (a new read-ahead block, a batch column).
+// Received into as it is, each of its pages is faulted in inside recv, with the socket
+// locked, and the sender waits meanwhile: on the large-sample set over nginx on loopback
+// that was slower than libcurl's copy out of its warm buffer (0.40 s against 0.35 s a run).
+// Its whole pages are made present first, in one call (MADV_POPULATE_WRITE, Linux 5.14;
+// where it is missing the call fails and the pages fault in as before).
+constexpr size_t kPrefaultBytes = 256u << 10;
+
+void prefault(char* dst, size_t n) {
+  const uintptr_t page = 4096;
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(dst) + page - 1) & ~(page - 1);
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(dst) + n) & ~(page - 1);
+  if (b > a) (void)::madvise(reinterpret_cast<void*>(a), b - a, MADV_POPULATE_WRITE);
+}
+
+// The request's bytes: GET with Range, the signer's headers, nothing else.
+std::string direct_request(const Call& call, const Url& url, int port) {
+  std::string host = url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
+  if (port != 80) host += ":" + std::to_string(port);
+  std::string r = "GET " + url.path + (url.query.empty() ? "" : "?" + url.query) +
+                  " HTTP/1.1\r\nHost: " + host + "\r\nAccept: */*\r\n";
+  if (!call.range.empty()) r += "Range: " + call.range + "\r\n";
+  if (call.signer)
+    for (const auto& line : call.signer->headers(call.method, url, call.range)) r += line + "\r\n";
+  return r + "\r\n";
+}
+
+enum class Direct { kDone, kUseCurl };
+
+// One attempt of a ranged GET into t->dst. kUseCurl: the answer needs libcurl (nothing was
+// written to t->dst, t is as it was).
+Direct direct_get(const HttpOptions& o, const Call& call, const Url& url, Transfer* t,
+                  const Deadline& deadline, CURLcode* res) {
+  const int port = url.port != 0 ? url.port : 80;
+  DirectConn& conn = direct_conn(url.host, port);
+  const std::string request = direct_request(call, url, port);
+  std::string head;
+  ResponseHead h;
+  *res = CURLE_OK;
+  // A kept-alive connection the server has closed meanwhile fails at once: a second try on
+  // a new connection.
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = conn.fd >= 0;
+    if (!reused) {
+      conn.fd = direct_connect(o, url, port, deadline, t, res);
+      if (conn.fd < 0) return Direct::kDone;
+    }
+    DirectIo io(o, deadline, *t, conn.fd);
+    head.clear();
+    int parsed = 0;
+    bool sent = io.send_all(request, res);
+    while (sent && parsed == 0) {
+      char buf[4096];
+      ssize_t r = io.recv_some(buf, sizeof buf, res);
+      if (r <= 0) {
+        if (r == 0) *res = head.empty() ? CURLE_GOT_NOTHING : CURLE_RECV_ERROR;
+        break;
+      }
+      head.append(buf, static_cast<size_t>(r));
+      parsed = parse_response_head(head.data(), head.size(), &h);
+      if (parsed == 0 && head.size() > (64u << 10)) parsed = -1;
+    }
+    if (parsed == 1) break;
+    conn.close();
+    if (parsed < 0) {
+      t->transport_error = "the server's answer is not an HTTP/1.x response";
+      *res = CURLE_WEIRD_SERVER_REPLY;
+      return Direct::kDone;
+    }
+    const bool stale =
+        reused && head.empty() &&
+        (*res == CURLE_GOT_NOTHING || *res == CURLE_RECV_ERROR || *res == CURLE_SEND_ERROR);
+    if (!stale || attempt > 0) {
+      if (t->transport_error.empty())
+        t->transport_error =
+            *res == CURLE_OPERATION_TIMEDOUT ? "no answer in time" : "the connection broke";
+      return Direct::kDone;
+    }
+  }
+  const ResponseFields& f = h.fields;
+  const bool success = h.status >= 200 && h.status < 300;
+  // A 200 to a range: the whole object. Its body is what was asked when the range starts at
+  // byte 0; the caller may also refuse it (below).
+  const bool whole = h.status == 200 && (t->refuse_whole || t->range_at == 0);
+  // What libcurl has to take: redirects (it follows them), interim answers, bodies whose
+  // length the head does not give, a 200 whose leading bytes must be skipped.
+  if ((h.status >= 300 && h.status < 400) || h.status < 200 || f.transfer_encoding ||
+      f.content_length < 0 || (success && h.status != 206 && !whole)) {
+    conn.close();
+    return Direct::kUseCurl;
+  }
+  t->status = h.status;
+  t->fields = f;
+  DirectIo io(o, deadline, *t, conn.fd);
+  const uint64_t length = static_cast<uint64_t>(f.content_length);
+  const char* early = head.data() + h.size;  // body bytes that came with the head
+  const size_t early_n = head.size() - h.size;
+  if (!success) {  // keep the start of an error body (S3 puts its error code there)
+    uint64_t left = length;
+    size_t take = static_cast<size_t>(std::min<uint64_t>(early_n, left));
+    t->error_body.assign(early, std::min<size_t>(take, 8192));
+    left -= take;
+    char buf[8192];
+    while (left > 0 && left <= (1u << 20)) {
+      ssize_t r = io.recv_some(buf, static_cast<size_t>(std::min<uint64_t>(left, sizeof buf)), res);
+      if (r <= 0) break;
+      size_t keep = std::min<size_t>(static_cast<size_t>(r), 8192 - t->error_body.size());
+      t->error_body.append(buf, keep);
+      left -= static_cast<uint64_t>(r);
+    }
+    *res = CURLE_OK;  // the status is the outcome
+    if (left > 0 || !h.reusable()) conn.close();
+    return Direct::kDone;
+  }
+  t->checked = true;
+  if (h.status == 200 && t->refuse_whole) {  // not the whole object again for every range
+    t->range_ignored = true;
+    conn.close();
+    *res = CURLE_WRITE_ERROR;
+    return Direct::kDone;
+  }
+  if (h.status == 206 && (!f.content_range || f.content_range->first != t->range_at)) {
+    t->bad_range = true;
+    conn.close();
+    *res = CURLE_WRITE_ERROR;
+    return Direct::kDone;
+  }
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(length, t->cap));
+  if (want >= kPrefaultBytes) prefault(t->dst, want);
+  size_t got = std::min(early_n, want);
+  std::memcpy(t->dst, early, got);
+  while (got < want) {
+    ssize_t r = io.recv_some(t->dst + got, want - got, res);
+    if (r <= 0) {
+      if (r == 0) *res = CURLE_PARTIAL_FILE;
+      t->transport_error = r == 0 ? "the server closed the connection before the body's end"
+                           : *res == CURLE_OPERATION_TIMEDOUT ? "the body stalled"
+                                                              : "the body broke off";
+      break;
+    }
+    got += static_cast<size_t>(r);
+    if (got < want) ack_fd(conn.fd);  // the rest may be held until this is acknowledged
+  }
+  t->got = got;
+  if (got == want && length > want) {  // more than we asked for: the rest is not read
+    t->full = true;
+    *res = CURLE_WRITE_ERROR;
+  }
+  if (got < want || length > want || early_n > want || !h.reusable()) conn.close();
+  return Direct::kDone;
+}
+
 CURLcode perform(const HttpOptions& o, const Call& call, Transfer* t, const Deadline& deadline) {
+  if (std::strcmp(call.method, "GET") == 0 && t->dst != nullptr && t->sink == nullptr &&
+      t->body == nullptr && direct_enabled()) {
+    auto url = parse_url(call.url);
+    if (url && url->scheme == "http") {
+      CURLcode res;
+      if (direct_get(o, call, *url, t, deadline, &res) == Direct::kDone) return res;
+    }
+  }
   CURL* h = thread_handle();
   if (h == nullptr) return CURLE_FAILED_INIT;
   const CurlLib& c = curl();
@@ -393,6 +754,7 @@ std::string outcome(CURLcode res, const Transfer& t) {
   if (res != CURLE_OK && !(res == CURLE_WRITE_ERROR && t.full)) {
     if (t.bad_range) return "the server answered another byte range than the one asked for";
     if (t.too_big) return "the response is larger than expected";
+    if (!t.transport_error.empty()) return t.transport_error;
     if (!curl().ok()) return curl().error;
     if (res == CURLE_FAILED_INIT) return "libcurl could not create a transfer handle";
     return curl().easy_strerror(res);
@@ -514,9 +876,9 @@ Result<uint64_t> ranged_get(const HttpOptions& o, const std::string& url,
       return cancelled(what(call) + ": stopped by its reader");
     Transport tr = transport_of(res, t);
     if (tr == Transport::kOk && t.status >= 200 && t.status < 300) {
-      int64_t total = t.status == 206 && t.content_range ? t.content_range->total
-                      : t.status == 200                  ? t.content_length
-                                                         : -1;
+      int64_t total = t.status == 206 && t.fields.content_range ? t.fields.content_range->total
+                      : t.status == 200                         ? t.fields.content_length
+                                                                : -1;
       if (expected_size >= 0 && total >= 0 && total != expected_size)
         return corrupt(what(call) + ": the object is now " + std::to_string(total) +
                        " bytes, was " + std::to_string(expected_size) +
@@ -551,9 +913,10 @@ Result<ObjectInfo> HttpClient::head(const std::string& url, const RequestSigner*
     CURLcode res = perform(options_, call, &t, deadline);
     Transport tr = transport_of(res, t);
     if (tr == Transport::kOk && t.status >= 200 && t.status < 300) {
-      if (t.content_length < 0)
+      if (t.fields.content_length < 0)
         return io_error(what(call) + ": the server sent no Content-Length; cannot read ranges");
-      return ObjectInfo{static_cast<uint64_t>(t.content_length), t.last_modified_ns, t.etag};
+      return ObjectInfo{static_cast<uint64_t>(t.fields.content_length), t.fields.last_modified_ns,
+                        t.fields.etag};
     }
     if (!should_retry(options_, tr, t, &failures, deadline))
       return gave_up(options_, call, res, t, tr, deadline);

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
+#include <string_view>
 
 #include "runtime/hash.h"
 
@@ -95,6 +96,63 @@ bool split_header_line(const std::string& line, std::string* name, std::string* 
   *name = ascii_lower(line.substr(0, colon));
   *value = trim(line.substr(colon + 1));
   return true;
+}
+
+void note_response_field(const std::string& name, const std::string& value, ResponseFields* f) {
+  if (name == "content-range") {
+    f->content_range = parse_content_range(value);
+  } else if (name == "content-length") {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (errno == 0 && end != value.c_str() && *end == '\0' && v >= 0) f->content_length = v;
+  } else if (name == "etag") {
+    f->etag = value;
+    if (f->etag.rfind("W/", 0) == 0) f->etag = f->etag.substr(2);
+    if (f->etag.size() >= 2 && f->etag.front() == '"' && f->etag.back() == '"')
+      f->etag = f->etag.substr(1, f->etag.size() - 2);
+  } else if (name == "last-modified") {
+    f->last_modified_ns = parse_http_time(value).value_or(0);
+  } else if (name == "transfer-encoding") {
+    f->transfer_encoding = true;
+  } else if (name == "connection") {
+    const std::string v = ascii_lower(value);
+    f->close = f->close || v.find("close") != std::string::npos;
+    f->keep_alive = f->keep_alive || v.find("keep-alive") != std::string::npos;
+  }
+}
+
+int parse_response_head(const char* data, size_t n, ResponseHead* out) {
+  const std::string_view in(data, n);
+  const size_t end = in.find("\r\n\r\n");
+  // Its first bytes tell whether this is a response at all.
+  const size_t k = std::min<size_t>(n, 7);
+  if (in.substr(0, k) != std::string_view("HTTP/1.", k)) return -1;
+  if (end == std::string_view::npos) return 0;
+  ResponseHead head;
+  head.size = end + 4;
+  const std::string_view status_line = in.substr(0, in.find("\r\n"));
+  // "HTTP/1.x NNN[ reason]"
+  if (status_line.size() < 12 || status_line[7] < '0' || status_line[7] > '9' ||
+      status_line[8] != ' ')
+    return -1;
+  head.minor_version = status_line[7] - '0';
+  long status = 0;
+  for (size_t i = 9; i < 12; ++i) {
+    if (status_line[i] < '0' || status_line[i] > '9') return -1;
+    status = status * 10 + (status_line[i] - '0');
+  }
+  if (status_line.size() > 12 && status_line[12] != ' ') return -1;
+  head.status = status;
+  for (size_t at = status_line.size() + 2; at < end;) {
+    size_t eol = in.find("\r\n", at);
+    std::string name, value;
+    if (split_header_line(std::string(in.substr(at, eol - at)), &name, &value))
+      note_response_field(name, value, &head.fields);
+    at = eol + 2;
+  }
+  *out = std::move(head);
+  return 1;
 }
 
 int64_t remote_version_stamp(int64_t last_modified_ns, const std::string& etag) {

@@ -30,6 +30,32 @@ std::optional<int64_t> parse_http_time(const std::string& value);
 // false for a status line or a blank line.
 bool split_header_line(const std::string& line, std::string* name, std::string* value);
 
+// What the clients keep of a response's header fields.
+struct ResponseFields {
+  std::optional<ContentRange> content_range;
+  int64_t content_length = -1;  // -1: not sent
+  std::string etag;             // without quotes and without a weak "W/"
+  int64_t last_modified_ns = 0;
+  bool transfer_encoding = false;  // any Transfer-Encoding (the body is not Content-Length bytes)
+  bool close = false;              // "Connection: close"
+  bool keep_alive = false;         // "Connection: keep-alive" (an HTTP/1.0 server's promise)
+};
+// Notes one header field (name lower-cased, value trimmed: split_header_line's output).
+void note_response_field(const std::string& name, const std::string& value, ResponseFields* f);
+
+// The head of an HTTP/1.x response: the status line and the fields up to the blank line.
+struct ResponseHead {
+  int minor_version = 1;  // HTTP/1.<minor>
+  long status = 0;
+  ResponseFields fields;
+  size_t size = 0;  // bytes of the head, its blank line included
+  // Whether the connection may carry another request after this response's body.
+  bool reusable() const { return !fields.close && (minor_version >= 1 || fields.keep_alive); }
+};
+// Parses a response head at the start of data[0, n): 1 when it is complete (*out filled),
+// 0 when more bytes are needed, -1 when the bytes are not an HTTP/1.x response head.
+int parse_response_head(const char* data, size_t n, ResponseHead* out);
+
 // A version stamp of a remote object for the manifest cache (kept in SourceEntry::mtime_ns,
 // so the manifest format does not change): Last-Modified in whole seconds plus, in the
 // sub-second digits that HTTP dates never carry, a hash of the ETag.

@@ -1,6 +1,9 @@
 // libFuzzer target for what the HTTP and S3 clients parse from a server: response header
-// lines, Content-Range, HTTP dates, URLs, ListObjectsV2 bodies, S3 error bodies and XML
-// entities (io/remote/http_util.h, io/remote/s3_listing.h). Beyond "no crash, no sanitizer report":
+// lines, response heads, Content-Range, HTTP dates, URLs, ListObjectsV2 bodies, S3 error bodies
+// and XML entities (io/remote/http_util.h, io/remote/s3_listing.h). Beyond "no crash, no
+// sanitizer report":
+//   - a complete response head is no longer than the input, has a 3-digit status and a
+//     Content-Length that is -1 or more;
 //   - a parsed Content-Range has first <= last < total (when the total is known);
 //   - a redacted URL holds no '?' and is no longer than the input;
 //   - a listing's objects have non-empty keys, and a truncated listing has a token.
@@ -27,7 +30,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shardyard::io;
   if (size == 0) return 0;
   const std::string in(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
+    case 6: {
+      ResponseHead h;
+      if (parse_response_head(in.data(), in.size(), &h) == 1)
+        check(h.size <= in.size() && h.size >= 16 && h.status >= 0 && h.status <= 999 &&
+                  h.fields.content_length >= -1,
+              "response head out of bounds");
+      break;
+    }
     case 0: {
       auto r = parse_content_range(in);
       if (r)

@@ -26,6 +26,9 @@ no COUNT = all of them):
                 until the client closes it (or 10 minutes pass)
   slow:BPSxN    GET: send the body at BPS bytes per second (slow:1 is a byte a second)
   norangexN     GET: ignore Range, as some servers do: 200 with the whole object
+  redirectxN    GET: answer 302 to the same object on nginx
+  chunkedxN     GET: send the body with Transfer-Encoding: chunked (no Content-Length)
+  badrangexN    GET: answer 206 with a Content-Range that starts one byte later
 Every request through the proxy is counted in /_stats (JSON: path -> [method, range]...);
 FaultProxy.sent_bytes() says how many body bytes went out per path.
 """
@@ -231,7 +234,8 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         for item in spec.split(","):
             kind, _, count = item.partition("x")
             kind, _, arg = kind.partition(":")
-            if kind in ("drop", "stall", "hang", "slow", "norange") and self.command != "GET":
+            if kind in ("drop", "stall", "hang", "slow", "norange", "redirect", "chunked",
+                        "badrange") and self.command != "GET":
                 continue
             with srv.lock:
                 key = (path, item)
@@ -267,18 +271,39 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
                     b"<Message>Please reduce your request rate.</Message></Error>")
             return self._status(503, body, "application/xml")
+        if kind == "redirect":
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{srv.upstream_port}{upstream_path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         conn = http.client.HTTPConnection("127.0.0.1", srv.upstream_port, timeout=60)
         relayed = ("if-match",) if kind == "norange" else ("range", "if-match")
         headers = {k: v for k, v in self.headers.items() if k.lower() in relayed}
         conn.request(self.command, upstream_path, headers=headers)
         resp = conn.getresponse()
         self.send_response(resp.status)
+        dropped = ("connection", "keep-alive", "transfer-encoding", "server", "date")
+        if kind == "chunked":
+            dropped += ("content-length",)
+            self.send_header("Transfer-Encoding", "chunked")
         for k, v in resp.getheaders():
-            if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "server", "date"):
+            if k.lower() not in dropped:
+                if kind == "badrange" and k.lower() == "content-range":
+                    first, rest = v.split(" ", 1)[1].split("-", 1)
+                    v = f"bytes {int(first) + 1}-{rest}"
                 self.send_header(k, v)
         self.end_headers()
         if head:
             resp.read()
+            conn.close()
+            return
+        if kind == "chunked":
+            while True:
+                chunk = resp.read(65536)
+                self._send(b"%x\r\n" % len(chunk) + chunk + b"\r\n", upstream_path)
+                if not chunk:
+                    break
             conn.close()
             return
         sent = 0

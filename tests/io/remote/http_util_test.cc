@@ -86,6 +86,55 @@ TEST(HeaderLine, SplitsLowerCasedNameAndTrimmedValue) {
   EXPECT_FALSE(split_header_line("\r\n", &n, &v));
 }
 
+TEST(ResponseHead, ParsesStatusAndFieldsAndSaysWhenMoreIsNeeded) {
+  const std::string head =
+      "HTTP/1.1 206 Partial Content\r\nServer: nginx\r\nContent-Length: 100\r\n"
+      "Content-Range: bytes 500-599/5000\r\nETag: W/\"abc\"\r\n"
+      "Last-Modified: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n";
+  const std::string bytes = head + "BODYBYTES";
+  ResponseHead h;
+  for (size_t n = 0; n < head.size(); ++n)
+    EXPECT_EQ(parse_response_head(bytes.data(), n, &h), 0) << "complete at " << n;
+  ASSERT_EQ(parse_response_head(bytes.data(), bytes.size(), &h), 1);
+  EXPECT_EQ(h.size, head.size());
+  EXPECT_EQ(h.status, 206);
+  EXPECT_EQ(h.minor_version, 1);
+  EXPECT_EQ(h.fields.content_length, 100);
+  ASSERT_TRUE(h.fields.content_range.has_value());
+  EXPECT_EQ(h.fields.content_range->first, 500u);
+  EXPECT_EQ(h.fields.content_range->total, 5000);
+  EXPECT_EQ(h.fields.etag, "abc");
+  EXPECT_EQ(h.fields.last_modified_ns, 784111777LL * 1000000000LL);
+  EXPECT_FALSE(h.fields.transfer_encoding);
+  EXPECT_TRUE(h.reusable());
+
+  const std::string chunked =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: Close\r\n\r\n";
+  ASSERT_EQ(parse_response_head(chunked.data(), chunked.size(), &h), 1);
+  EXPECT_EQ(h.status, 200);
+  EXPECT_TRUE(h.fields.transfer_encoding);
+  EXPECT_EQ(h.fields.content_length, -1);
+  EXPECT_FALSE(h.reusable());
+
+  // HTTP/1.0 closes after the body unless the server promises otherwise.
+  const std::string old10 = "HTTP/1.0 404 Not Found\r\nContent-Length: 9\r\n\r\n";
+  ASSERT_EQ(parse_response_head(old10.data(), old10.size(), &h), 1);
+  EXPECT_EQ(h.status, 404);
+  EXPECT_FALSE(h.reusable());
+  const std::string kept = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n";
+  ASSERT_EQ(parse_response_head(kept.data(), kept.size(), &h), 1);
+  EXPECT_TRUE(h.reusable());
+
+  // Not a response head: refused as soon as the first bytes say so.
+  for (std::string bad :
+       {"HTTX", "SSH-2.0-OpenSSH\r\n\r\n", "HTTP/1.1 2x6 OK\r\n\r\n", "HTTP/1.1 2066 OK\r\n\r\n",
+        "HTTP/1.1 20\r\n\r\n", "HTTP/1.x 200 OK\r\n\r\n"})
+    EXPECT_EQ(parse_response_head(bad.data(), bad.size(), &h), -1) << bad;
+  const std::string no_length = "HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n";
+  ASSERT_EQ(parse_response_head(no_length.data(), no_length.size(), &h), 1);
+  EXPECT_EQ(h.fields.content_length, -1);
+}
+
 TEST(VersionStamp, ChangesWithTheETagAndKeepsTheSecond) {
   const int64_t t = int64_t{1700000000} * 1000000000;
   EXPECT_EQ(remote_version_stamp(t, ""), t);

@@ -248,6 +248,30 @@ TEST(HttpFileSystem, AnObjectWhoseServerIgnoresRangeIsReadOnce) {
   EXPECT_EQ(gets, 2) << "the first ranged GET, dropped at its 200, then one whole download";
 }
 
+// Ranged GETs of http:// URLs into memory are made without libcurl (http_client.cc); an
+// answer such a request cannot take is asked for again through libcurl: a redirect (which
+// it follows), a chunked body. A 206 for another range than the one asked for is an error,
+// never wrong bytes. (ctest runs this binary with SHARDYARD_HTTP_DIRECT=0 too.)
+TEST(HttpFileSystem, RedirectsAndChunkedBodiesAreReadAndAWrongRangeIsRefused) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  for (const std::string fault : {"redirect", "chunked"}) {
+    const std::string path = "/_f/" + fault + "/remote/blob.bin";
+    auto f = fs->open(env("SY_TEST_PROXY_URL") + path);
+    ASSERT_TRUE(f.is_ok()) << fault << ": " << f.status().to_string();
+    expect_blob(**f, 0, 4000);
+    expect_blob(**f, 2000000, 300000);
+    expect_blob(**f, 100, 3 << 20);  // large: block-sized reads into the caller's memory
+  }
+  auto f = fs->open(env("SY_TEST_PROXY_URL") + "/_f/badrange/remote/blob.bin");
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  std::string buf(4096, '\0');
+  auto r = (*f)->read_at(1000, buf.data(), buf.size());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("another byte range"), std::string::npos)
+      << r.status().message();
+}
+
 // After cancel_transfers() (a command stopping on a signal) no request starts or goes on.
 TEST(HttpFileSystemDeathTest, CancelledTransfersEndAtOnce) {
   REQUIRE_SERVERS();
