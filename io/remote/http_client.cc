@@ -335,9 +335,10 @@ struct Call {
 // http:// URL into the caller's memory (a read-ahead block, a batch column) is made here
 // instead: one request on a connection the calling thread keeps alive, and the body
 // received straight into its destination. What is not a plain answer (a redirect, a body
-// without a Content-Length, a 200 to a range that the caller wants skipped) closes the
-// connection and is asked again through libcurl, as is every other request (HEAD, https,
-// listings, streamed bodies) and every request while a proxy is set in the environment.
+// without a Content-Length, a 200 to a range that the caller wants skipped, a head this
+// parser does not read) closes the connection and is asked again through libcurl, as is
+// every other request (HEAD, https, listings, streamed bodies, URLs with credentials) and
+// every request while a proxy is set in the environment.
 // SHARDYARD_HTTP_DIRECT=0 sends everything through libcurl.
 
 bool direct_enabled() {
@@ -351,6 +352,19 @@ bool direct_enabled() {
     return true;
   }();
   return on;
+}
+
+// Whether this path can send the request for `text`: libcurl takes URLs with credentials
+// (user:password@, sent as Basic authentication) and refuses ones with control characters.
+bool direct_can_send(const std::string& text, const Url& url) {
+  const size_t authority = text.find("://") + 3;
+  const size_t authority_end = text.find_first_of("/?#", authority);
+  if (text.substr(authority, authority_end - authority).find('@') != std::string::npos)
+    return false;
+  for (const std::string* part : {&url.path, &url.query})
+    for (unsigned char c : *part)
+      if (c <= ' ' || c == 0x7f) return false;
+  return true;
 }
 
 // One kept-alive connection of the calling thread.
@@ -403,21 +417,79 @@ Wait wait_for(int fd, short events, const Deadline& deadline, const Transfer& t,
   }
 }
 
-// Opens a connection to host:port within the connect timeout; -1 with *res set on failure.
-int direct_connect(const HttpOptions& o, const Url& url, int port, const Deadline& deadline,
-                   Transfer* t, CURLcode* res) {
+// The connect timeout; 0 is libcurl's default of 300 s, as for CURLOPT_CONNECTTIMEOUT_MS.
+std::chrono::milliseconds connect_timeout(const HttpOptions& o) {
+  return std::chrono::milliseconds(o.connect_timeout_ms > 0 ? o.connect_timeout_ms : 300000);
+}
+
+// Resolves host:port (SOCK_STREAM addresses) within the connect timeout, the deadline and a
+// cancel: an IP address at once, a name with getaddrinfo_a. 0, or a gai error code with
+// *res set (EAI_AGAIN when the time ran out, EAI_CANCELED when cancelled).
+int resolve(const HttpOptions& o, const std::string& host, const std::string& service,
+            const Deadline& deadline, const Transfer& t, addrinfo** found) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, found) == 0) return 0;
+  // A name: looked up on glibc's resolver thread. The request stays allocated until the
+  // lookup ends; one that cannot be cancelled any more (it is running) is left to it.
+  struct Lookup {
+    std::string name, service;
+    addrinfo hints{};
+    gaicb cb{};
+  };
+  auto* l = new Lookup{host, service, hints, {}};
+  l->hints.ai_flags = 0;
+  l->cb.ar_name = l->name.c_str();
+  l->cb.ar_service = l->service.c_str();
+  l->cb.ar_request = &l->hints;
+  gaicb* list[] = {&l->cb};
+  if (int e = ::getaddrinfo_a(GAI_NOWAIT, list, 1, nullptr); e != 0) {
+    delete l;
+    return e;
+  }
+  const auto until = std::chrono::steady_clock::now() + connect_timeout(o);
+  for (;;) {
+    const int e = ::gai_error(&l->cb);
+    if (e != EAI_INPROGRESS) {
+      *found = l->cb.ar_result;  // null unless e == 0
+      delete l;
+      return e;
+    }
+    const bool cancelled = g_cancelled.load(std::memory_order_relaxed) ||
+                           (t.stop != nullptr && t.stop->load(std::memory_order_relaxed));
+    if (cancelled || deadline.expired() || std::chrono::steady_clock::now() >= until) {
+      const int c = ::gai_cancel(&l->cb);
+      if (c == EAI_CANCELED || c == EAI_ALLDONE) {
+        if (c == EAI_ALLDONE && l->cb.ar_result != nullptr) ::freeaddrinfo(l->cb.ar_result);
+        delete l;
+      }  // else EAI_NOTCANCELED: the lookup still writes into *l; a few hundred bytes left
+      return cancelled ? EAI_CANCELED : EAI_AGAIN;
+    }
+    timespec slice{0, 100 * 1000 * 1000};
+    (void)::gai_suspend(list, 1, &slice);
+  }
+}
+
+// Opens a connection to host:port, each address within the connect timeout; -1 with *res
+// set on failure.
+int direct_connect(const HttpOptions& o, const Url& url, int port, const Deadline& deadline,
+                   Transfer* t, CURLcode* res) {
+  // An IPv6 literal keeps its brackets in Url::host.
+  const std::string host = url.host.size() > 2 && url.host.front() == '['
+                               ? url.host.substr(1, url.host.size() - 2)
+                               : url.host;
   const std::string service = std::to_string(port);
-  if (int e = ::getaddrinfo(url.host.c_str(), service.c_str(), &hints, &found); e != 0) {
-    t->transport_error = "could not resolve host " + url.host + " (" + gai_strerror(e) + ")";
-    *res = CURLE_COULDNT_RESOLVE_HOST;
+  addrinfo* found = nullptr;
+  if (int e = resolve(o, host, service, deadline, *t, &found); e != 0) {
+    t->transport_error =
+        "could not resolve host " + host + " (" +
+        (e == EAI_AGAIN ? "no answer within the connect timeout" : std::string(gai_strerror(e))) +
+        ")";
+    *res = e == EAI_CANCELED ? CURLE_ABORTED_BY_CALLBACK : CURLE_COULDNT_RESOLVE_HOST;
     return -1;
   }
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
   int fd = -1, err = 0;
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
@@ -427,14 +499,18 @@ int direct_connect(const HttpOptions& o, const Url& url, int port, const Deadlin
     }
     int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
     if (r != 0 && errno == EINPROGRESS) {
-      Wait w = wait_for(fd, POLLOUT, deadline, *t, until);
+      const Wait w = wait_for(fd, POLLOUT, deadline, *t,
+                              std::chrono::steady_clock::now() + connect_timeout(o));
       socklen_t len = sizeof err;
-      if (w == Wait::kReady && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-        r = 0;
-      else if (w == Wait::kTimeout)
+      if (w == Wait::kTimeout) {
         err = ETIMEDOUT;
-      else if (w == Wait::kCancelled)
+      } else if (w == Wait::kCancelled) {
         err = ECANCELED;
+      } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+        err = errno;
+      } else if (err == 0) {
+        r = 0;
+      }
     } else if (r != 0) {
       err = errno;
     }
@@ -446,7 +522,7 @@ int direct_connect(const HttpOptions& o, const Url& url, int port, const Deadlin
   ::freeaddrinfo(found);
   if (fd < 0) {
     t->transport_error =
-        "could not connect to " + url.host + " port " + service + " (" + std::strerror(err) + ")";
+        "could not connect to " + host + " port " + service + " (" + std::strerror(err) + ")";
     *res = err == ECANCELED ? CURLE_ABORTED_BY_CALLBACK : CURLE_COULDNT_CONNECT;
     return -1;
   }
@@ -486,6 +562,10 @@ class DirectIo {
   // Receives up to n bytes (at least 1); 0 at the end of the stream; -1 with *res set.
   ssize_t recv_some(void* dst, size_t n, CURLcode* res) {
     for (;;) {
+      if (g_cancelled.load(std::memory_order_relaxed)) {  // a body that keeps coming, too
+        *res = CURLE_ABORTED_BY_CALLBACK;
+        return -1;
+      }
       ssize_t r = ::recv(fd_, dst, n, 0);
       if (r > 0) {
         window_bytes_ += static_cast<uint64_t>(r);
@@ -515,7 +595,7 @@ class DirectIo {
           *res = CURLE_ABORTED_BY_CALLBACK;
           return false;
         case Wait::kError:
-          *res = CURLE_RECV_ERROR;
+          *res = events == POLLOUT ? CURLE_SEND_ERROR : CURLE_RECV_ERROR;
           return false;
         case Wait::kTimeout:
           if (!deadline_.expired() &&
@@ -552,7 +632,7 @@ void ack_fd(int fd) {
 constexpr size_t kPrefaultBytes = 256u << 10;
 
 void prefault(char* dst, size_t n) {
-  const uintptr_t page = 4096;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t a = (reinterpret_cast<uintptr_t>(dst) + page - 1) & ~(page - 1);
   const uintptr_t b = (reinterpret_cast<uintptr_t>(dst) + n) & ~(page - 1);
   if (b > a) (void)::madvise(reinterpret_cast<void*>(a), b - a, MADV_POPULATE_WRITE);
@@ -560,7 +640,7 @@ void prefault(char* dst, size_t n) {
 
 // The request's bytes: GET with Range, the signer's headers, nothing else.
 std::string direct_request(const Call& call, const Url& url, int port) {
-  std::string host = url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
+  std::string host = url.host;  // an IPv6 literal with its brackets
   if (port != 80) host += ":" + std::to_string(port);
   std::string r = "GET " + url.path + (url.query.empty() ? "" : "?" + url.query) +
                   " HTTP/1.1\r\nHost: " + host + "\r\nAccept: */*\r\n";
@@ -592,6 +672,7 @@ Direct direct_get(const HttpOptions& o, const Call& call, const Url& url, Transf
     }
     DirectIo io(o, deadline, *t, conn.fd);
     head.clear();
+    *res = CURLE_OK;
     int parsed = 0;
     bool sent = io.send_all(request, res);
     while (sent && parsed == 0) {
@@ -607,11 +688,7 @@ Direct direct_get(const HttpOptions& o, const Call& call, const Url& url, Transf
     }
     if (parsed == 1) break;
     conn.close();
-    if (parsed < 0) {
-      t->transport_error = "the server's answer is not an HTTP/1.x response";
-      *res = CURLE_WEIRD_SERVER_REPLY;
-      return Direct::kDone;
-    }
+    if (parsed < 0) return Direct::kUseCurl;  // libcurl reads it, or says what is wrong
     const bool stale =
         reused && head.empty() &&
         (*res == CURLE_GOT_NOTHING || *res == CURLE_RECV_ERROR || *res == CURLE_SEND_ERROR);
@@ -630,7 +707,7 @@ Direct direct_get(const HttpOptions& o, const Call& call, const Url& url, Transf
   // What libcurl has to take: redirects (it follows them), interim answers, bodies whose
   // length the head does not give, a 200 whose leading bytes must be skipped.
   if ((h.status >= 300 && h.status < 400) || h.status < 200 || f.transfer_encoding ||
-      f.content_length < 0 || (success && h.status != 206 && !whole)) {
+      f.content_length < 0 || f.bad_length || (success && h.status != 206 && !whole)) {
     conn.close();
     return Direct::kUseCurl;
   }
@@ -654,7 +731,7 @@ Direct direct_get(const HttpOptions& o, const Call& call, const Url& url, Transf
       left -= static_cast<uint64_t>(r);
     }
     *res = CURLE_OK;  // the status is the outcome
-    if (left > 0 || !h.reusable()) conn.close();
+    if (left > 0 || early_n > length || !h.reusable()) conn.close();
     return Direct::kDone;
   }
   t->checked = true;
@@ -699,7 +776,7 @@ CURLcode perform(const HttpOptions& o, const Call& call, Transfer* t, const Dead
   if (std::strcmp(call.method, "GET") == 0 && t->dst != nullptr && t->sink == nullptr &&
       t->body == nullptr && direct_enabled()) {
     auto url = parse_url(call.url);
-    if (url && url->scheme == "http") {
+    if (url && url->scheme == "http" && direct_can_send(call.url, *url)) {
       CURLcode res;
       if (direct_get(o, call, *url, t, deadline, &res) == Direct::kDone) return res;
     }

@@ -102,10 +102,18 @@ void note_response_field(const std::string& name, const std::string& value, Resp
   if (name == "content-range") {
     f->content_range = parse_content_range(value);
   } else if (name == "content-length") {
+    if (f->bad_length) return;
     char* end = nullptr;
     errno = 0;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (errno == 0 && end != value.c_str() && *end == '\0' && v >= 0) f->content_length = v;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    const bool number =
+        !value.empty() && value[0] >= '0' && value[0] <= '9' && errno == 0 && *end == '\0';
+    if (!number || (f->content_length >= 0 && f->content_length != v)) {
+      f->bad_length = true;
+      f->content_length = -1;
+    } else {
+      f->content_length = v;
+    }
   } else if (name == "etag") {
     f->etag = value;
     if (f->etag.rfind("W/", 0) == 0) f->etag = f->etag.substr(2);
@@ -128,7 +136,11 @@ int parse_response_head(const char* data, size_t n, ResponseHead* out) {
   // Its first bytes tell whether this is a response at all.
   const size_t k = std::min<size_t>(n, 7);
   if (in.substr(0, k) != std::string_view("HTTP/1.", k)) return -1;
-  if (end == std::string_view::npos) return 0;
+  if (end == std::string_view::npos) {
+    // A head whose lines end in a bare LF (HTTP allows a reader to accept it) is not read
+    // here; a head of CRLF lines never holds two LFs in a row.
+    return in.find("\n\n") != std::string_view::npos ? -1 : 0;
+  }
   ResponseHead head;
   head.size = end + 4;
   const std::string_view status_line = in.substr(0, in.find("\r\n"));

@@ -33,7 +33,8 @@ bool split_header_line(const std::string& line, std::string* name, std::string* 
 // What the clients keep of a response's header fields.
 struct ResponseFields {
   std::optional<ContentRange> content_range;
-  int64_t content_length = -1;  // -1: not sent
+  int64_t content_length = -1;  // -1: not sent, or not usable (bad_length)
+  bool bad_length = false;      // a Content-Length that is not a number, or two that differ
   std::string etag;             // without quotes and without a weak "W/"
   int64_t last_modified_ns = 0;
   bool transfer_encoding = false;  // any Transfer-Encoding (the body is not Content-Length bytes)

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "io/remote/http_client.h"
+
 namespace shardyard::io {
 namespace {
 
@@ -270,6 +272,35 @@ TEST(HttpFileSystem, RedirectsAndChunkedBodiesAreReadAndAWrongRangeIsRefused) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("another byte range"), std::string::npos)
       << r.status().message();
+}
+
+// The direct path resolves names (within the connect timeout) and IPv6 literals, and says
+// which host it could not reach.
+TEST(HttpClient, RangedGetsResolveNamesAndIpv6LiteralsAndNameWhatFailed) {
+  REQUIRE_SERVERS();
+  HttpOptions o;
+  o.retry.max_retries = 0;
+  o.connect_timeout_ms = 2000;
+  HttpClient client(o);
+  std::string url = env("SY_TEST_HTTP_URL") + "/remote/blob.bin";
+  url.replace(url.find("127.0.0.1"), 9, "localhost");  // a name, not an address
+  std::string buf(70000, '\0');
+  auto got = client.get_range(url, nullptr, 5000, buf.data(), buf.size(), kBlobSize, nullptr);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  ASSERT_EQ(*got, buf.size());
+  for (size_t i = 0; i < buf.size(); ++i)
+    ASSERT_EQ(static_cast<uint8_t>(buf[i]), blob_byte(5000 + i)) << "at byte " << 5000 + i;
+
+  for (const auto& [where, says] :
+       {std::pair<std::string, std::string>{"http://[::1]:1/x", "could not connect to ::1 port 1"},
+        {"http://localhost:1/x", "could not connect to localhost port 1"},
+        {"http://no-such-host.invalid/x", "could not resolve host no-such-host.invalid"}}) {
+    auto r = client.get_range(where, nullptr, 0, buf.data(), 10, -1, nullptr);
+    ASSERT_FALSE(r.is_ok()) << where;
+    if (env("SHARDYARD_HTTP_DIRECT") != "0") {  // libcurl words its messages its own way
+      EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+    }
+  }
 }
 
 // After cancel_transfers() (a command stopping on a signal) no request starts or goes on.
