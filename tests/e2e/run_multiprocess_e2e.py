@@ -385,10 +385,17 @@ def under_launcher(tmp, what, program, package, launcher_argv):
 
 
 def case_torchrun(tmp):
-    """Under torchrun (standalone, one node)."""
-    under_launcher(tmp, "torchrun --standalone --nproc_per_node 3", "torchrun", "python3-torch",
-                   ["/usr/bin/python3", shutil.which("torchrun") or "torchrun", "--standalone",
-                    "--nproc_per_node", "3", "--no_python", "--redirects", "1", "--tee", "1",
+    """Under torchrun (one node). Not `--standalone`: there torch takes MASTER_PORT from the
+    kernel's ephemeral range, and MASTER_PORT + 1, where the ranks meet, can be taken by any
+    outgoing connection before rank 0 listens (it was, once, with the suite's other tests
+    connecting beside it; docs/multi-process.md says so for users). A MASTER_PORT below that
+    range, as a cluster's launcher sets it, does not race."""
+    port = free_port()
+    under_launcher(tmp, f"torchrun --nproc_per_node 3 --master_port {port}", "torchrun",
+                   "python3-torch",
+                   ["/usr/bin/python3", shutil.which("torchrun") or "torchrun", "--nnodes", "1",
+                    "--nproc_per_node", "3", "--master_addr", "127.0.0.1", "--master_port",
+                    str(port), "--no_python", "--redirects", "1", "--tee", "1",
                     "--log_dir", os.path.join(tmp, "logs")])
 
 
