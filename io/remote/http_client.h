@@ -14,8 +14,8 @@
 // Connections are reused: each thread owns one curl easy handle (thread_local), which keeps
 // its connections alive between requests. A ranged GET of an http:// URL into the caller's
 // memory is made without libcurl, on a connection of the calling thread, its body received
-// straight into that memory; an answer it cannot take goes to libcurl (http_client.cc,
-// "Ranged GETs of http:// URLs without libcurl"). curl appears only in http_client.cc.
+// straight into that memory (http_direct.h); an answer it cannot take goes to libcurl.
+// curl appears only in http_client.cc.
 //
 // Thread-safe: the client is immutable; calls may run on any number of threads.
 #pragma once
