@@ -56,14 +56,18 @@ DirectConn& direct_conn(const std::string& host, int port) {
 
 enum class Wait { kReady, kTimeout, kCancelled, kError };
 
+// Whether the transfer is to end now: cancel_transfers(), or its stream's owner said stop.
+bool stopped(const Transfer& t) {
+  return g_cancelled.load(std::memory_order_relaxed) ||
+         (t.stop != nullptr && t.stop->load(std::memory_order_relaxed));
+}
+
 // Waits until `fd` is ready for `events`, in slices that notice a cancel, never past the
 // deadline nor past `until` (the end of the low-speed window).
 Wait wait_for(int fd, short events, const Deadline& deadline, const Transfer& t,
               std::chrono::steady_clock::time_point until) {
   for (;;) {
-    if (g_cancelled.load(std::memory_order_relaxed) ||
-        (t.stop != nullptr && t.stop->load(std::memory_order_relaxed)))
-      return Wait::kCancelled;
+    if (stopped(t)) return Wait::kCancelled;
     const auto now = std::chrono::steady_clock::now();
     if (now >= until || deadline.expired()) return Wait::kTimeout;
     long ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
@@ -126,8 +130,7 @@ int resolve(const HttpOptions& o, const std::string& host, const std::string& se
       *found = l->result;
       return l->rc;
     }
-    const bool cancelled = g_cancelled.load(std::memory_order_relaxed) ||
-                           (t.stop != nullptr && t.stop->load(std::memory_order_relaxed));
+    const bool cancelled = stopped(t);
     if (cancelled || deadline.expired() || std::chrono::steady_clock::now() >= until) {
       l->abandoned = true;
       return cancelled ? EAI_CANCELED : EAI_AGAIN;
@@ -226,7 +229,7 @@ class DirectIo {
   // Receives up to n bytes (at least 1); 0 at the end of the stream; -1 with *res set.
   ssize_t recv_some(void* dst, size_t n, DirectEnd* res) {
     for (;;) {
-      if (g_cancelled.load(std::memory_order_relaxed)) {  // a body that keeps coming, too
+      if (stopped(t_)) {  // a body that keeps coming, too
         *res = DirectEnd::kCancelled;
         return -1;
       }
@@ -291,7 +294,8 @@ void ack_fd(int fd) {
 // A large body's destination is often fresh memory (a new read-ahead block, a batch column).
 // Received into as it is, each of its pages is faulted in inside recv, with the socket
 // locked, and the sender waits meanwhile: on the large-sample set over nginx on loopback
-// that was slower than libcurl's copy out of its warm buffer (0.40 s against 0.35 s a run).
+// that was slower than libcurl's copy out of its warm buffer (0.40 s against 0.34 s a run,
+// medians of 5; docs/performance.md, "Ranged GETs without libcurl").
 // Its whole pages are made present first, in one call (MADV_POPULATE_WRITE, Linux 5.14;
 // where it is missing the call fails and the pages fault in as before).
 constexpr size_t kPrefaultBytes = 256u << 10;

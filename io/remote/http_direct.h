@@ -11,7 +11,6 @@
 // every other request (HEAD, https, listings, streamed bodies, URLs with credentials) and
 // every request while a proxy is set in the environment.
 // SHARDYARD_HTTP_DIRECT=0 sends everything through libcurl.
-
 //
 // Thread-safe: each thread has connections of its own (thread_local).
 #pragma once
