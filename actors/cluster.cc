@@ -422,14 +422,17 @@ Status Cluster::shutdown() {
                      });
       }
     }
+    auto await_ack = [&](auto& asked, const std::string& what) {
+      asked.receive([&](const ShutdownAck& msg) { received(msg); },
+                    [&](const caf::error& err) {
+                      if (result.is_ok())
+                        result = request_failed(err, what, "ShutdownRequest", kShutdownTimeout);
+                    });
+    };
     auto stop = [&](auto& handle, const std::string& what) {
       if (!handle) return;
-      self->request(handle, kShutdownTimeout, ShutdownRequest{"cluster shutdown"})
-          .receive([&](const ShutdownAck& msg) { received(msg); },
-                   [&](const caf::error& err) {
-                     if (result.is_ok())
-                       result = request_failed(err, what, "ShutdownRequest", kShutdownTimeout);
-                   });
+      auto asked = self->request(handle, kShutdownTimeout, ShutdownRequest{"cluster shutdown"});
+      await_ack(asked, what);
       handle = nullptr;
     };
     // The roles are remembered to be waited for below; the coordinator is not: its pending
@@ -438,10 +441,24 @@ Status Cluster::shutdown() {
       stopped.push_back(caf::actor_cast<caf::actor_addr>(handle));
       stop(handle, what);
     };
+    // A rank's workers are asked together, then waited for: each ends its worker process (if
+    // it has one) before it answers, and those processes then exit side by side.
+    auto stop_workers = [&](std::vector<worker_actor>& workers, const std::string& what) {
+      using Handle = decltype(self->request(std::declval<worker_actor>(), kShutdownTimeout,
+                                            ShutdownRequest{}));
+      std::vector<Handle> asked;
+      for (auto& w : workers) {
+        if (!w) continue;
+        stopped.push_back(caf::actor_cast<caf::actor_addr>(w));
+        asked.push_back(self->request(w, kShutdownTimeout, ShutdownRequest{"cluster shutdown"}));
+        w = nullptr;
+      }
+      for (auto& h : asked) await_ack(h, what);
+    };
     for (auto& [r, roles] : ranks) {
       stop_role(roles.checkpoint, "checkpoint actor of rank " + std::to_string(r));
       stop_role(roles.dispatcher, "dispatcher of rank " + std::to_string(r));
-      for (auto& w : roles.workers) stop_role(w, "worker of rank " + std::to_string(r));
+      stop_workers(roles.workers, "worker of rank " + std::to_string(r));
       stop_role(roles.loader, "loader of rank " + std::to_string(r));
     }
     if (gate) stop(gate, "the coordinator's gate");
