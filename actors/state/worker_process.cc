@@ -70,15 +70,18 @@ pid_t wait_child(pid_t pid, std::chrono::milliseconds timeout, int* status) {
 #else
   const io::UniqueFd pidfd;
 #endif
+  bool exited = false;  // the pidfd said so
   for (;;) {
     const pid_t got = ::waitpid(pid, status, WNOHANG);
     if (got != 0) return got;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return 0;
-    if (pidfd.valid()) {
+    // The pidfd stays readable once the child has exited; a tracer can hold the exit status
+    // back a while longer: then the loop sleeps instead of spinning.
+    if (pidfd.valid() && !exited) {
       pollfd p{pidfd.get(), POLLIN, 0};
-      (void)::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1000)));
+      exited = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1000))) > 0;
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
