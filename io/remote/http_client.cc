@@ -300,12 +300,13 @@ CURLcode curl_code(detail::DirectEnd end) {
 }
 
 CURLcode perform(const HttpOptions& o, const Call& call, Transfer* t, const Deadline& deadline) {
-  if (std::strcmp(call.method, "GET") == 0 && t->dst != nullptr && t->sink == nullptr &&
-      t->body == nullptr && detail::direct_enabled()) {
+  const bool head = std::strcmp(call.method, "HEAD") == 0;
+  const bool ranged = std::strcmp(call.method, "GET") == 0 && t->dst != nullptr;
+  if ((head || ranged) && t->sink == nullptr && t->body == nullptr && detail::direct_enabled()) {
     auto url = parse_url(call.url);
     if (url && url->scheme == "http" && detail::direct_can_send(call.url, *url)) {
       detail::DirectEnd end;
-      if (detail::direct_get(o, call, *url, t, deadline, &end) == detail::Direct::kDone)
+      if (detail::direct_perform(o, call, *url, t, deadline, &end) == detail::Direct::kDone)
         return curl_code(end);
     }
   }

@@ -307,12 +307,13 @@ void prefault(char* dst, size_t n) {
   if (b > a) (void)::madvise(reinterpret_cast<void*>(a), b - a, MADV_POPULATE_WRITE);
 }
 
-// The request's bytes: GET with Range, the signer's headers, nothing else.
+// The request's bytes: GET with Range, or HEAD; the signer's headers; nothing else.
 std::string direct_request(const Call& call, const Url& url, int port) {
   std::string host = url.host;  // an IPv6 literal with its brackets
   if (port != 80) host += ":" + std::to_string(port);
-  std::string r = "GET " + url.path + (url.query.empty() ? "" : "?" + url.query) +
-                  " HTTP/1.1\r\nHost: " + host + "\r\nAccept: */*\r\n";
+  std::string r = std::string(call.method) + " " + url.path +
+                  (url.query.empty() ? "" : "?" + url.query) + " HTTP/1.1\r\nHost: " + host +
+                  "\r\nAccept: */*\r\n";
   if (!call.range.empty()) r += "Range: " + call.range + "\r\n";
   if (call.signer)
     for (const auto& line : call.signer->headers(call.method, url, call.range)) r += line + "\r\n";
@@ -347,8 +348,8 @@ bool direct_can_send(const std::string& text, const Url& url) {
   return true;
 }
 
-Direct direct_get(const HttpOptions& o, const Call& call, const Url& url, Transfer* t,
-                  const Deadline& deadline, DirectEnd* res) {
+Direct direct_perform(const HttpOptions& o, const Call& call, const Url& url, Transfer* t,
+                      const Deadline& deadline, DirectEnd* res) {
   const int port = url.port != 0 ? url.port : 80;
   DirectConn& conn = direct_conn(url.host, port);
   const std::string request = direct_request(call, url, port);
@@ -394,6 +395,18 @@ Direct direct_get(const HttpOptions& o, const Call& call, const Url& url, Transf
   }
   const ResponseFields& f = h.fields;
   const bool success = h.status >= 200 && h.status < 300;
+  if (std::strcmp(call.method, "HEAD") == 0) {
+    // The answer to a HEAD is its head alone, whatever its Content-Length says (the object's
+    // size). Redirects and interim answers are libcurl's, as for a GET.
+    if (h.status < 200 || (h.status >= 300 && h.status < 400)) {
+      conn.close();
+      return Direct::kUseCurl;
+    }
+    t->status = h.status;
+    t->fields = f;
+    if (head.size() > h.size || !h.reusable()) conn.close();  // bytes after it: not ours
+    return Direct::kDone;
+  }
   // A 200 to a range: the whole object. Its body is what was asked when the range starts at
   // byte 0; the caller may also refuse it (below).
   const bool whole = h.status == 200 && (t->refuse_whole || t->range_at == 0);

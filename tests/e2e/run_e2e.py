@@ -399,13 +399,17 @@ def case_remote_http(tmp):
         _, s = run(url, "--workers", 2, dump=f"{tmp}/cached")
         check(s["manifest_cached"], "second http run did not use the cached manifest")
         check(same_dump(f"{tmp}/local0", f"{tmp}/cached", 1), "cached http run differs")
-        # libcurl is loaded at the first remote request, not at process start: glibc's
-        # loader names every library it maps under LD_DEBUG=files, each line after the pid
-        # of the process that maps it (a sanitizer's symbolizer may load a libcurl of its own).
-        for source, loads in ((local, False), (url, True)):
+        # libcurl is loaded at the first remote request that needs it, not at process start:
+        # glibc's loader names every library it maps under LD_DEBUG=files, each line after
+        # the pid of the process that maps it (a sanitizer's symbolizer may load a libcurl of
+        # its own). HEADs and ranged GETs of plain http:// URLs go without it (the scan's
+        # too); SHARDYARD_HTTP_DIRECT=0 sends them through it.
+        curl_env = dict(os.environ, SHARDYARD_HTTP_DIRECT="0")
+        for source, env, loads in ((local, os.environ, False), (url, os.environ, False),
+                                   (url, curl_env, True)):
             cmd = [ARGS.shardyard, "run", "--source", source, "--json", "--no-cache"]
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True, env=dict(os.environ, LD_DEBUG="files"))
+                                    text=True, env=dict(env, LD_DEBUG="files"))
             try:
                 _, err = proc.communicate(timeout=300)
             except subprocess.TimeoutExpired:
@@ -413,14 +417,21 @@ def case_remote_http(tmp):
                 _, err = proc.communicate()
             mine = [ln for ln in err.splitlines() if ln.strip().startswith(f"{proc.pid}:")]
             loaded = any("file=libcurl" in ln for ln in mine)
+            direct = env.get("SHARDYARD_HTTP_DIRECT", "1")
             check(proc.returncode == 0 and mine and loaded == loads,
-                  f"{source}: exit {proc.returncode}, libcurl loaded: {loaded}, want {loads}")
-        # Without a usable libcurl a remote run fails at once and says what to install.
-        broken = dict(os.environ, SHARDYARD_LIBCURL=f"{tmp}/no-such-libcurl.so.4")
-        p, _ = run_env(url, broken, "--no-cache")
+                  f"{source} (SHARDYARD_HTTP_DIRECT={direct}): exit {proc.returncode}, "
+                  f"libcurl loaded: {loaded}, want {loads}")
+        # Without a usable libcurl, a run that needs it fails at once and says what to
+        # install; one that does not (plain http://) runs.
+        missing = f"{tmp}/no-such-libcurl.so.4"
+        p, _ = run_env(url, dict(curl_env, SHARDYARD_LIBCURL=missing), "--no-cache")
         check(p.returncode == 1 and "libcurl" in p.stderr and "SHARDYARD_LIBCURL" in p.stderr
               and "no-such-libcurl.so.4" in p.stderr,
               f"missing libcurl: exit {p.returncode}: {p.stderr[-600:]!r}")
+        p, _ = run_env(url, dict(os.environ, SHARDYARD_LIBCURL=missing), "--no-cache",
+                       dump=f"{tmp}/nocurl")
+        check(p.returncode == 0 and same_dump(f"{tmp}/local0", f"{tmp}/nocurl", 1),
+              f"plain http without libcurl: exit {p.returncode}: {p.stderr[-600:]!r}")
 
 
 def case_remote_s3(tmp):

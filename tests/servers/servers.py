@@ -26,7 +26,7 @@ no COUNT = all of them):
                 until the client closes it (or 10 minutes pass)
   slow:BPSxN    GET: send the body at BPS bytes per second (slow:1 is a byte a second)
   norangexN     GET: ignore Range, as some servers do: 200 with the whole object
-  redirectxN    GET: answer 302 to the same object on nginx
+  redirectxN    GET and HEAD: answer 302 to the same object on nginx
   chunkedxN     GET: send the body with Transfer-Encoding: chunked (no Content-Length)
   badrangexN    GET: answer 206 with a Content-Range that starts one byte later
 Every request through the proxy is counted in /_stats (JSON: path -> [method, range]...);
@@ -234,7 +234,7 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         for item in spec.split(","):
             kind, _, count = item.partition("x")
             kind, _, arg = kind.partition(":")
-            if kind in ("drop", "stall", "hang", "slow", "norange", "redirect", "chunked",
+            if kind in ("drop", "stall", "hang", "slow", "norange", "chunked",
                         "badrange") and self.command != "GET":
                 continue
             with srv.lock:

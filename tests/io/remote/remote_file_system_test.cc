@@ -250,10 +250,11 @@ TEST(HttpFileSystem, AnObjectWhoseServerIgnoresRangeIsReadOnce) {
   EXPECT_EQ(gets, 2) << "the first ranged GET, dropped at its 200, then one whole download";
 }
 
-// Ranged GETs of http:// URLs into memory are made without libcurl (http_client.cc); an
+// Ranged GETs and HEADs of http:// URLs are made without libcurl (http_direct.h); an
 // answer such a request cannot take is asked for again through libcurl: a redirect (which
-// it follows), a chunked body. A 206 for another range than the one asked for is an error,
-// never wrong bytes. (ctest runs this binary with SHARDYARD_HTTP_DIRECT=0 too.)
+// it follows; the fault proxy redirects the open's HEAD too), a chunked body. A 206 for
+// another range than the one asked for is an error, never wrong bytes. (ctest runs this
+// binary with SHARDYARD_HTTP_DIRECT=0 too.)
 TEST(HttpFileSystem, RedirectsAndChunkedBodiesAreReadAndAWrongRangeIsRefused) {
   REQUIRE_SERVERS();
   auto fs = http_file_system(fast_options());
@@ -261,6 +262,7 @@ TEST(HttpFileSystem, RedirectsAndChunkedBodiesAreReadAndAWrongRangeIsRefused) {
     const std::string path = "/_f/" + fault + "/remote/blob.bin";
     auto f = fs->open(env("SY_TEST_PROXY_URL") + path);
     ASSERT_TRUE(f.is_ok()) << fault << ": " << f.status().to_string();
+    EXPECT_EQ((*f)->size(), kBlobSize) << fault;
     expect_blob(**f, 0, 4000);
     expect_blob(**f, 2000000, 300000);
     expect_blob(**f, 100, 3 << 20);  // large: block-sized reads into the caller's memory
