@@ -11,9 +11,9 @@
 // parser does not read) closes the connection and is asked again through libcurl, as is
 // every other request (https, listings, streamed bodies, URLs with credentials) and every
 // request while a proxy is set in the environment. A HEAD (what opening a file asks) goes
-// the same way as a ranged GET, so a run over http:// shards whose manifest is cached
-// does not load libcurl at all (about 7 ms of dynamic linking saved, docs/performance.md).
-// A redirected or interim answer to it is asked again through libcurl.
+// the same way as a ranged GET, so a run over plain http:// shards, its header scan
+// included, does not load libcurl at all (about 7 ms of dynamic linking saved,
+// docs/performance.md). A redirected or interim answer to it is asked again through libcurl.
 // SHARDYARD_HTTP_DIRECT=0 sends everything through libcurl.
 //
 // Thread-safe: each thread has connections of its own (thread_local).
