@@ -116,13 +116,20 @@ def main():
     # (a loaded image freed while the next is made), a shorter one costs the run more CPU.
     ap.add_argument("--pss-interval", type=float, default=0.05)
     ap.add_argument("--write-doc", action="store_true")
+    # Another binary run beside --shardyard in the broadcast part, interleaved (its rows are
+    # marked "baseline"): a before/after comparison of the tree's memory.
+    ap.add_argument("--baseline", help="shardyard binary to compare with (broadcast part)")
+    ap.add_argument("--only", choices=("throughput", "broadcast"),
+                    help="run one part of the benchmark")
     args = ap.parse_args()
+    if args.write_doc and (args.baseline or args.only):
+        ap.error("--write-doc writes the whole table of one binary: no --baseline or --only")
     sy = os.path.abspath(args.shardyard)
     lines = []
     commands = []
     # 1. throughput
     rows = []
-    for shape in ("small", "large"):
+    for shape in ("small", "large") if args.only != "broadcast" else ():
         d = rb.ensure_dataset(args.data_dir, shape)
         files = rb.shard_paths(d)
         source = rb.source_pattern(d, len(files))
@@ -136,31 +143,21 @@ def main():
         rows.append((shape, med(inp, "samples_per_s"), med(loc, "samples_per_s"),
                      med(inp, "mb_per_s"), med(loc, "mb_per_s"), med(inp, "cpu_seconds"),
                      med(loc, "cpu_seconds"), spread(loc, inp, "samples_per_s")))
-    lines.append("| set | inproc samples/s | local samples/s | inproc MB/s | local MB/s | "
-                 "local / inproc | per rep | CPU s inproc / local |")
-    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    if rows:
+        lines.append("| set | inproc samples/s | local samples/s | inproc MB/s | local MB/s | "
+                     "local / inproc | per rep | CPU s inproc / local |")
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for shape, si, sl, mi, ml, ci, cl, (lo, hi) in rows:
         lines.append(f"| {shape} | {si:,.0f} | {sl:,.0f} | {mi:,.0f} | {ml:,.0f} | "
                      f"**{sl / si:.2f}** | {lo:.2f}-{hi:.2f} | {ci:.2f} / {cl:.2f} |")
     # 2. broadcast PSS
-    series = ensure_series(os.path.join(args.data_dir, "series64"))
-    pattern = os.path.join(args.data_dir, "series64", "series-{0..3}.bin")
-    common = [sy, "run", "--source", pattern, "--windows", "168:24", "--record-bytes", "64",
-              "--dispatch", "broadcast", "--prefetch-sources", "1", "--batch-size", "256",
-              "--epochs", "2", "--json", "--placement", "local"]
-    commands.append(" ".join(common[1:]) + " --workers 1|4")
-    configs = {f"W={w}": common + ["--workers", str(w)] for w in (1, 4)}
-    runs = measure(configs, series, args, "broadcast", pss=True)
-    p1, p4 = med(runs["W=1"], "peak_tree_pss_kb"), med(runs["W=4"], "peak_tree_pss_kb")
-    lines.append("")
-    lines.append("| broadcast, placement local | peak PSS of the process tree | windows/s |")
-    lines.append("| --- | ---: | ---: |")
-    for w in ("W=1", "W=4"):
-        lines.append(f"| {w} | {med(runs[w], 'peak_tree_pss_kb') / 1024:,.0f} MiB | "
-                     f"{med(runs[w], 'samples_per_s'):,.0f} |")
-    lo, hi = spread(runs["W=4"], runs["W=1"], "peak_tree_pss_kb")
-    lines.append(f"| W=4 / W=1 | **{p4 / p1:.3f}** (per rep {lo:.3f}-{hi:.3f}) | |")
-    lines.append("")
+    binaries = {"": sy}
+    if args.baseline:
+        binaries = {" baseline": os.path.abspath(args.baseline), "": sy}
+    if args.only != "throughput":
+        broadcast_pss(args, binaries, lines, commands)
+    if lines and lines[-1]:
+        lines.append("")
     lines.append(f"Medians of {args.reps} interleaved reps on {rb.cpu_model()} "
                  f"({os.cpu_count()} cores), PSS sampled every {args.pss_interval * 1000:.0f} ms; "
                  "\"per rep\": the lowest and highest ratio of rep i "
@@ -175,6 +172,33 @@ def main():
     if args.write_doc:
         rb.write_doc_block(BEGIN, END, table)
     return 0
+
+
+def broadcast_pss(args, binaries, lines, commands):
+    """The broadcast windows job at W=1 and W=4 of each binary (label -> path), interleaved."""
+    series = ensure_series(os.path.join(args.data_dir, "series64"))
+    pattern = os.path.join(args.data_dir, "series64", "series-{0..3}.bin")
+    tail = ["run", "--source", pattern, "--windows", "168:24", "--record-bytes", "64",
+            "--dispatch", "broadcast", "--prefetch-sources", "1", "--batch-size", "256",
+            "--epochs", "2", "--json", "--placement", "local"]
+    commands.append(" ".join(tail) + " --workers 1|4")
+    configs = {f"W={w}{label}": [path] + tail + ["--workers", str(w)]
+               for label, path in binaries.items() for w in (1, 4)}
+    runs = measure(configs, series, args, "broadcast", pss=True)
+    lines.append("")
+    lines.append("| broadcast, placement local | peak PSS of the process tree | windows/s |")
+    lines.append("| --- | ---: | ---: |")
+    for label in binaries:
+        for w in (1, 4):
+            r = runs[f"W={w}{label}"]
+            lines.append(f"| W={w}{label} | {med(r, 'peak_tree_pss_kb') / 1024:,.0f} MiB | "
+                         f"{med(r, 'samples_per_s'):,.0f} |")
+    for label in binaries:
+        w1, w4 = runs[f"W=1{label}"], runs[f"W=4{label}"]
+        p1, p4 = med(w1, "peak_tree_pss_kb"), med(w4, "peak_tree_pss_kb")
+        lo, hi = spread(w4, w1, "peak_tree_pss_kb")
+        lines.append(f"| W=4 / W=1{label} | **{p4 / p1:.3f}** (per rep {lo:.3f}-{hi:.3f}) | |")
+    lines.append("")
 
 
 if __name__ == "__main__":

@@ -150,10 +150,18 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
                             std::to_string(frame_bytes) + " bytes, more than a control frame");
   // The arena holds what is in flight from one worker: its packets (4 sent and one being
   // written, each at most 128 items or 4 MiB plus the item that crossed) and the items of
-  // it the loader keeps until they are collated (the batches prefetched, the one being
-  // built and the one being merged). Where the rank order takes the workers' items in turn
-  // (strided, without routing by key) a batch holds about 1/W of a worker's items; twice
-  // that leaves room for unevenness. Elsewhere a batch may come from one worker alone.
+  // it the loader keeps until they are collated: those of the batches its collators are
+  // building (at most 2; a prefetched batch is built, its items dropped) and of the one
+  // being merged. Where the rank order takes the workers' items in turn (strided, without
+  // routing by key) a batch holds about 1/W of a worker's items; twice that leaves room
+  // for unevenness. Elsewhere a batch may come from one worker alone.
+  // Windows are all one size, so a packet's room is known exactly: there the arena holds
+  // two packets (one being written, one the loader reads) and what the loader keeps, and
+  // the worker waits for room beyond that instead of running 4 packets ahead. Its pages
+  // are touched as the ring goes round and count once per worker process; a broadcast
+  // job's windows are copies out of the shared image, and 4 workers' arenas of the larger
+  // size were most of what W=4 added to the tree's memory over W=1 (docs/performance.md,
+  // "Worker processes"), without making it faster.
   // Fields that cross as file ranges take no room: without a dispatcher (whose items reach
   // a worker through its input channel, not from a mapping of its own), a sample of a local
   // tar shard that is always read by mapping (as long as the reader's mapping threshold) or
@@ -191,15 +199,18 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   const uint64_t packet_items =
       std::min<uint64_t>(job.packet_items, job.packet_bytes / std::max<uint64_t>(1, payload) + 1);
   const uint64_t packet = packet_items * mean + mean;
-  uint64_t held = uint64_t{job.batch_size} * mean * (options.prefetch_batches + 3);
+  const uint64_t building = std::min<uint64_t>(options.prefetch_batches, 2);
+  uint64_t held = uint64_t{job.batch_size} * mean * (std::max<uint64_t>(building, 1) + 1);
   const uint32_t workers = job.topology.workers;
   const bool even = job.plan.worker_strategy == "strided" &&
                     (job.dispatch == Dispatch::kNone || job.dispatch == Dispatch::kRoundRobin ||
                      job.dispatch == Dispatch::kBroadcast);
   if (even && workers > 2) held = held * 2 / workers;
-  const uint64_t wanted = 5 * packet + held;
-  launch->arena_bytes_ = options.arena_bytes ? options.arena_bytes
-                                             : std::clamp<uint64_t>(wanted, 8ull << 20, 1ull << 30);
+  const uint64_t wanted = spec.enabled() ? 2 * packet + held : 5 * packet + held;
+  // (1 MiB at least all the same: the per-item 256 bytes are an estimate of descriptors.)
+  const uint64_t least = spec.enabled() ? 1ull << 20 : 8ull << 20;
+  launch->arena_bytes_ =
+      options.arena_bytes ? options.arena_bytes : std::clamp<uint64_t>(wanted, least, 1ull << 30);
   // The data arena (io/transport/shm_arena.h ArenaChunks): where a worker reads the ranges of
   // tar shards it does not map, so that their items cross without a copy. It holds a chunk
   // per logical shard the worker interleaves, until the loader has collated the chunk's
