@@ -1,5 +1,6 @@
 #include "io/transport/shm_arena.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -115,6 +116,18 @@ Result<std::shared_ptr<ShmArena>> ShmArena::attach(UniqueFd fd, uint64_t capacit
   return a;
 }
 
+void ShmArena::map_ahead(uint64_t end) {
+  uint64_t mapped = mapped_.load(std::memory_order_relaxed);
+  if (end <= mapped || ring_->writable_data() == nullptr) return;
+  constexpr uint64_t kStep = 1 << 20;
+  const uint64_t to = std::min(capacity_, (end + kStep - 1) / kStep * kStep);
+  // One caller maps a stretch; another one that gets here meanwhile faults its own pages.
+  if (!mapped_.compare_exchange_strong(mapped, to, std::memory_order_relaxed)) return;
+#ifdef MADV_POPULATE_WRITE
+  (void)::madvise(ring_->writable_data() + mapped, to - mapped, MADV_POPULATE_WRITE);
+#endif
+}
+
 Result<std::shared_ptr<ShmArena>> ArenaPool::take(uint64_t capacity,
                                                   const SegmentOptions& options) {
   {
@@ -209,6 +222,7 @@ uint8_t* ArenaChunks::allocate(size_t bytes, std::shared_ptr<const void>* owner)
     spans_.push_back(Span{span.start, span.bytes, slot, false});
   }
   arena_->header().producer_spans.fetch_add(1);
+  arena_->map_ahead(span.offset + span.bytes);
   uint8_t* data = ring + span.offset;
   *owner =
       arena_bytes_owner(ArenaBytes{id(), data, bytes, span.offset, slot},

@@ -118,6 +118,12 @@ class ShmArena {
   const uint8_t* ring() const { return ring_->data(); }
   uint8_t* writable_ring() const { return ring_->writable_data(); }  // null for the consumer
   uint64_t capacity() const { return capacity_; }
+  // The producer's: maps the pages of the ring up to `end` (a byte offset), and on to the
+  // next MiB, for writing in one call (MADV_POPULATE_WRITE) the first time the ring gets
+  // there, instead of one write fault per page. The segment's pages are reserved already,
+  // so this maps them and allocates nothing. A no-op once the whole ring is mapped, for
+  // the consumer, and on kernels without it (before 5.14), where the pages fault in.
+  void map_ahead(uint64_t end);
   const ShmSegment& segment() const { return segment_; }
 
  private:
@@ -127,6 +133,7 @@ class ShmArena {
   uint64_t capacity_;
   std::shared_ptr<ShmMapping> header_map_, ring_;
   ArenaHeader* header_ = nullptr;
+  std::atomic<uint64_t> mapped_{0};  // map_ahead(): ring bytes mapped for writing so far
 };
 
 // Arenas kept for the next channels of one producer slot (a worker's channel per work

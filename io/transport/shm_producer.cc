@@ -142,6 +142,7 @@ struct ShmProducer::Impl {
             format_bytes(ring.head() - header().released.load()) + " of " +
             format_bytes(ring.capacity()) +
             " still held by the loader: it holds items for long or the arena is too small)"));
+    arena->map_ahead(span.offset + span.bytes);
     uint8_t* at = arena->writable_ring() + span.offset;
     copy_payload(plan, at);
     std::memcpy(at + descriptor_offset, descriptors.out.data(), descriptors.out.size());

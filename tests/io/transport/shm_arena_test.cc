@@ -3,10 +3,14 @@
 #include "io/transport/shm_arena.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "io/transport/item_codec.h"
@@ -176,6 +180,67 @@ TEST(ShmArena, TheConsumerCreatesItAndTheProducerAttachesItsDescriptor) {
                 .message()
                 .find("not an arena"),
             std::string::npos);
+}
+
+// Bytes of the mapping that starts at `at` present in this process's page tables (the
+// Rss line of /proc/self/smaps), or -1 when no mapping starts there.
+int64_t mapped_bytes(const void* at) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    unsigned long start = 0;
+    if (line.find('-') != std::string::npos && std::sscanf(line.c_str(), "%lx-", &start) == 1 &&
+        line.find(' ') > line.find('-')) {
+      in = start == reinterpret_cast<uintptr_t>(at);
+      continue;
+    }
+    if (in && line.rfind("Rss:", 0) == 0) {
+      std::istringstream kb(line.substr(4));
+      int64_t n = 0;
+      kb >> n;
+      return n * 1024;
+    }
+  }
+  return -1;
+}
+
+TEST(ShmArena, TheProducerMapsTheRingAheadAMebibyteAtATimeOnItsFirstRound) {
+  {
+    // A kernel before 5.14 has no MADV_POPULATE_WRITE: map_ahead() leaves the pages to fault.
+    void* probe = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(probe, MAP_FAILED);
+    const int rc = ::madvise(probe, 4096, MADV_POPULATE_WRITE);
+    const int err = errno;
+    ::munmap(probe, 4096);
+    if (rc != 0 && err == EINVAL) GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE";
+  }
+  SegmentOptions o;
+  o.dir = testing::test_shm_dir();
+  const uint64_t cap = (3u << 20) + 8192;
+  auto consumer = ShmArena::create(cap, o);
+  ASSERT_TRUE(consumer.is_ok()) << consumer.status().to_string();
+  auto producer = ShmArena::attach((*consumer)->segment().duplicate().value(), cap, "arena");
+  ASSERT_TRUE(producer.is_ok()) << producer.status().to_string();
+  ShmArena& p = **producer;
+  const uint8_t* ring = p.writable_ring();
+  ASSERT_EQ(mapped_bytes(ring), 0) << "nothing is mapped before the first run";
+  p.map_ahead(100);
+  EXPECT_EQ(mapped_bytes(ring), 1 << 20) << "the first MiB";
+  p.map_ahead(1 << 20);
+  EXPECT_EQ(mapped_bytes(ring), 1 << 20) << "a run that ends inside it maps nothing more";
+  p.map_ahead((1 << 20) + 1);
+  EXPECT_EQ(mapped_bytes(ring), 2 << 20);
+  p.map_ahead(cap);
+  EXPECT_EQ(mapped_bytes(ring), static_cast<int64_t>(cap)) << "the ring's end, not the next MiB";
+  p.map_ahead(100);  // the next round: already mapped
+  EXPECT_EQ(mapped_bytes(ring), static_cast<int64_t>(cap));
+  // Mapped pages are the segment's: what the producer writes there, the consumer reads.
+  p.writable_ring()[cap - 1] = 7;
+  EXPECT_EQ((*consumer)->ring()[cap - 1], 7);
+  // The consumer maps nothing for writing.
+  (*consumer)->map_ahead(cap);
+  EXPECT_EQ((*consumer)->writable_ring(), nullptr);
 }
 
 TEST(ArenaPool, TakesAnIdleArenaOfTheSameCapacityWithItsCountersReset) {
