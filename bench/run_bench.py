@@ -232,15 +232,32 @@ def tree_pss_kb(pid):
     return total
 
 
+def shmem_kb():
+    """The machine's shared memory in use (Shmem of /proc/meminfo: tmpfs and memfd pages,
+    mapped by a process or not)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Shmem:"):
+                return int(line.split()[1])
+    return 0
+
+
 class PssSampler(threading.Thread):
+    """Peak PSS of a process tree, and peak shared memory the machine gained meanwhile
+    (`peak_shmem`: pages of the tree's segments count there even while no process maps
+    them, where PSS misses them; other processes' changes count too, so it wants a quiet
+    machine)."""
+
     def __init__(self, pid, interval=0.1):
         super().__init__(daemon=True)
         self.pid, self.interval, self.peak = pid, interval, 0
+        self.shmem_base, self.peak_shmem = shmem_kb(), 0
         self.stop = threading.Event()
 
     def run(self):
         while not self.stop.is_set():
             self.peak = max(self.peak, tree_pss_kb(self.pid))
+            self.peak_shmem = max(self.peak_shmem, shmem_kb() - self.shmem_base)
             self.stop.wait(self.interval)
 
 

@@ -13,7 +13,9 @@ inproc` on the same data in one run (docs/worker-processes.md).
      W = 1 and W = 4 with --placement local: the peak proportional set size (PSS,
      /proc/PID/smaps_rollup) of the whole process tree, sampled every --pss-interval s (50 ms). Target: W=4 at
      most 1.1x W=1 (each loaded shard is one read-only image that every worker process
-     maps).
+     maps). Beside it, the peak of the machine's shared memory (Shmem of /proc/meminfo)
+     above what it was at the start: an image's pages count there while no process maps
+     them, where PSS does not see them.
 
 Interleaved reps (rep 1 of every configuration, then rep 2, ...), medians, and the lowest and
 highest ratio of one rep to the other configuration's same rep (they ran back to back, so
@@ -79,6 +81,7 @@ def run_one(cmd, files, args, pss=False):
     res = json.loads(out.strip().splitlines()[-1])
     if sampler:
         res["peak_tree_pss_kb"] = sampler.peak
+        res["peak_shmem_kb"] = sampler.peak_shmem
     return res
 
 
@@ -186,18 +189,22 @@ def broadcast_pss(args, binaries, lines, commands):
                for label, path in binaries.items() for w in (1, 4)}
     runs = measure(configs, series, args, "broadcast", pss=True)
     lines.append("")
-    lines.append("| broadcast, placement local | peak PSS of the process tree | windows/s |")
-    lines.append("| --- | ---: | ---: |")
+    lines.append("| broadcast, placement local | peak PSS of the process tree | "
+                 "peak shared memory added | windows/s |")
+    lines.append("| --- | ---: | ---: | ---: |")
     for label in binaries:
         for w in (1, 4):
             r = runs[f"W={w}{label}"]
             lines.append(f"| W={w}{label} | {med(r, 'peak_tree_pss_kb') / 1024:,.0f} MiB | "
+                         f"{med(r, 'peak_shmem_kb') / 1024:,.0f} MiB | "
                          f"{med(r, 'samples_per_s'):,.0f} |")
     for label in binaries:
         w1, w4 = runs[f"W=1{label}"], runs[f"W=4{label}"]
         p1, p4 = med(w1, "peak_tree_pss_kb"), med(w4, "peak_tree_pss_kb")
         lo, hi = spread(w4, w1, "peak_tree_pss_kb")
-        lines.append(f"| W=4 / W=1{label} | **{p4 / p1:.3f}** (per rep {lo:.3f}-{hi:.3f}) | |")
+        s1, s4 = med(w1, "peak_shmem_kb"), med(w4, "peak_shmem_kb")
+        lines.append(f"| W=4 / W=1{label} | **{p4 / p1:.3f}** (per rep {lo:.3f}-{hi:.3f}) | "
+                     f"{s4 / max(1, s1):.3f} | |")
     lines.append("")
 
 

@@ -154,7 +154,8 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // building (at most 2; a prefetched batch is built, its items dropped) and of the one
   // being merged. Where the rank order takes the workers' items in turn (strided, without
   // routing by key) a batch holds about 1/W of a worker's items; twice that leaves room
-  // for unevenness. Elsewhere a batch may come from one worker alone.
+  // for unevenness (windows, all one size, need none). Elsewhere a batch may come from one
+  // worker alone.
   // Windows are all one size, so a packet's room is known exactly: there the arena holds
   // two packets (one being written, one the loader reads) and what the loader keeps, and
   // the worker waits for room beyond that instead of running 4 packets ahead. Its pages
@@ -205,7 +206,11 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   const bool even = job.plan.worker_strategy == "strided" &&
                     (job.dispatch == Dispatch::kNone || job.dispatch == Dispatch::kRoundRobin ||
                      job.dispatch == Dispatch::kBroadcast);
-  if (even && workers > 2) held = held * 2 / workers;
+  // Windows are all one size, so there the share is even to the window: 1/W.
+  if (even && spec.enabled() && workers > 1)
+    held = held / workers + mean;
+  else if (even && workers > 2)
+    held = held * 2 / workers;
   const uint64_t wanted = spec.enabled() ? 2 * packet + held : 5 * packet + held;
   // (1 MiB at least all the same: the per-item 256 bytes are an estimate of descriptors.)
   const uint64_t least = spec.enabled() ? 1ull << 20 : 8ull << 20;
@@ -269,8 +274,34 @@ Result<std::shared_ptr<io::ShmShardImage>> WorkerLaunch::shard_image(
   seg.dir = options_.shm_dir;
   seg.what = "the image of logical shard " + std::to_string(shard->shard) + " for rank " +
              std::to_string(rank) + "'s worker processes";
-  SY_ASSIGN_OR_RETURN(auto made, io::ShmShardImage::create(*shard, seg));
-  auto image = std::make_shared<io::ShmShardImage>(std::move(made));
+  std::vector<io::ShmImageRoom> rooms;
+  {
+    std::lock_guard<std::mutex> idle(rooms_->mu);
+    rooms.swap(rooms_->idle);
+  }
+  auto made = io::ShmShardImage::create(*shard, seg, &rooms);
+  {
+    std::lock_guard<std::mutex> idle(rooms_->mu);
+    for (auto& room : rooms) rooms_->idle.push_back(std::move(room));
+  }
+  if (!made.is_ok()) return made.status();
+  // The last holder gives the room back (a feed's thread, once its worker process handed
+  // back the last item of its part): the newest two are kept, an older one freed.
+  std::shared_ptr<Rooms> keep = rooms_;
+  auto image = std::shared_ptr<io::ShmShardImage>(
+      new io::ShmShardImage(std::move(made).value()), [keep](io::ShmShardImage* done) {
+        io::ShmImageRoom room = std::move(*done).take_room();
+        delete done;
+        std::vector<io::ShmImageRoom> freed;
+        {
+          std::lock_guard<std::mutex> idle(keep->mu);
+          keep->idle.push_back(std::move(room));
+          while (keep->idle.size() > 2) {
+            freed.push_back(std::move(keep->idle.front()));
+            keep->idle.erase(keep->idle.begin());
+          }
+        }
+      });
   slot.shard = shard;
   slot.image = image;
   return image;

@@ -86,8 +86,12 @@ Result<std::shared_ptr<const JobData>> rebuild_job(const WorkerJob& j, const io:
 class RemoteRoute : public io::Route {
  public:
   RemoteRoute(io::UnixSocket& control, Dispatch mode, uint32_t window,
-              std::shared_ptr<io::ShmConsumer> input)
-      : control_(control), mode_(mode), window_(window), input_(std::move(input)) {}
+              std::shared_ptr<io::ShmConsumer> input, io::MappedImages& images)
+      : control_(control),
+        mode_(mode),
+        window_(window),
+        input_(std::move(input)),
+        images_(images) {}
   Status send(Item) override { return invalid_argument("send() on a worker's side"); }
   Status send_shard(std::shared_ptr<const io::SharedShard>) override {
     return invalid_argument("send_shard() on a worker's side");
@@ -153,8 +157,7 @@ class RemoteRoute : public io::Route {
       }
       case kShardFrame: {
         if (f.fds.size() != 1) return corrupt("a shard frame without its image");
-        SY_ASSIGN_OR_RETURN(auto view,
-                            io::ShmShardView::open(std::move(f.fds[0]), "a loaded shard"));
+        SY_ASSIGN_OR_RETURN(auto view, images_.open(std::move(f.fds[0]), "a loaded shard"));
         io::Delivery d;
         d.kind = io::Delivery::Kind::kShard;
         d.shard = view->lazy_shard();
@@ -178,16 +181,21 @@ class RemoteRoute : public io::Route {
   const Dispatch mode_;
   const uint32_t window_;
   std::shared_ptr<io::ShmConsumer> input_;
+  io::MappedImages& images_;
   std::deque<io::Delivery> queued_;
   uint64_t credit_ = 0;
 };
 
 // The arenas of this process's channels, kept from unit to unit: the rank sends the same
 // output arena (and data arena) again (its ArenaPools), and the input arena of routed items
-// is reused here.
+// is reused here. So are the mappings of broadcast images: the rank writes later shards into
+// the segments of earlier ones, which rotate among the loaded shards (the one in use, those
+// loaded ahead, one being made) and the rooms the rank keeps (2).
 struct UnitArenas {
+  explicit UnitArenas(const JobData& job) : images(job.prefetch_shards + 4) {}
   io::AttachedArenas output{4};
   std::shared_ptr<io::ArenaPool> input = std::make_shared<io::ArenaPool>();
+  io::MappedImages images;
 };
 
 // Runs one unit frame of the rank's: connects to the unit's channel (and its input, routed
@@ -222,7 +230,7 @@ Result<UnitStats> run_unit_frame(io::UnixSocket& control, const JobData& job, Wo
     }
     input = std::move(*opened);
   }
-  RemoteRoute route(control, job.dispatch, window, input);
+  RemoteRoute route(control, job.dispatch, window, input, arenas.images);
   core.set_skip_below(skip_below);
   return core.run(unit, *output, &route);
 }
@@ -256,7 +264,7 @@ Status serve_rank(io::UnixSocket& control) {
     std::memcpy(p + 8, &len, sizeof len);
     __atomic_fetch_add(seq, 1, __ATOMIC_RELEASE);
   });
-  UnitArenas arenas;
+  UnitArenas arenas(**job);
   ByteWriter ready;
   ready.u64(static_cast<uint64_t>(::getpid()));
   SY_RETURN_IF_ERROR(control.send(io::Frame{kReadyFrame, ready.out, {}}, 10000));

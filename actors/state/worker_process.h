@@ -88,6 +88,9 @@ class WorkerLaunch {
   const io::FileRanges& file_ranges() const { return file_ranges_; }
   // The image of a loaded shard (broadcast) that every worker process of `rank` maps: made
   // by the first worker's feed that needs it, shared by the others while any holds it.
+  // The feeds hold an image until each worker process handed back the last item of its part
+  // of the shard, so that no process reads it any more when the last one lets go: its room
+  // (segment and mapping) is then kept for a later shard's image (io::ShmImageRoom).
   Result<std::shared_ptr<io::ShmShardImage>> shard_image(
       uint32_t rank, const std::shared_ptr<const io::SharedShard>& shard);
 
@@ -106,6 +109,12 @@ class WorkerLaunch {
   };
   std::mutex images_mu_;
   std::map<std::pair<uint32_t, const io::SharedShard*>, Image> images_;  // guarded by images_mu_
+  // The rooms of images no process reads any more (the last ones given back, at most 2).
+  struct Rooms {
+    std::mutex mu;
+    std::vector<io::ShmImageRoom> idle;  // guarded by mu
+  };
+  const std::shared_ptr<Rooms> rooms_ = std::make_shared<Rooms>();
 };
 
 // The runner of worker `worker` of rank `rank`: its process starts with the first unit and

@@ -1,6 +1,9 @@
 #include "io/transport/shm_shard.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <optional>
 
 #include "io/transport/item_codec.h"
 #include "runtime/codec.h"
@@ -17,8 +20,8 @@ uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
-Result<ShmShardImage> ShmShardImage::create(const SharedShard& shard,
-                                            const SegmentOptions& options) {
+Result<ShmShardImage> ShmShardImage::create(const SharedShard& shard, const SegmentOptions& options,
+                                            std::vector<ShmImageRoom>* rooms) {
   PayloadPlan plan;
   plan_payload(shard.items.data(), shard.items.size(), 64, &plan);
   ByteWriter table;
@@ -47,22 +50,41 @@ Result<ShmShardImage> ShmShardImage::create(const SharedShard& shard,
         index_offset, table_offset, uint64_t{table.out.size()}})
     h.u64(v);
 
-  SY_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::create(size, options));
-  SY_ASSIGN_OR_RETURN(auto map, segment.map(ShmSegment::Access::kReadWrite));
-  uint8_t* p = map->writable_data();
+  std::optional<ShmImageRoom> room;
+  if (rooms != nullptr) {
+    for (size_t i = rooms->size(); i-- > 0;) {
+      const uint64_t have = (*rooms)[i].segment.size();
+      if (have < size || have - size > size / 4) continue;
+      room.emplace(std::move((*rooms)[i]));
+      rooms->erase(rooms->begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+  if (!room) {
+    SY_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::create(size, options));
+    SY_ASSIGN_OR_RETURN(auto map, segment.map(ShmSegment::Access::kReadWrite));
+    room.emplace(ShmImageRoom{std::move(segment), std::move(map)});
+  }
+  uint8_t* p = room->map->writable_data();
   std::memcpy(p, h.out.data(), h.out.size());
   copy_payload(plan, p + payload_offset);
   std::memcpy(p + index_offset, index.data(), index.size());
   std::memcpy(p + table_offset, table.out.data(), table.out.size());
-  return ShmShardImage(std::move(segment), plan.bytes);
+  return ShmShardImage(std::move(*room), size, plan.bytes);
 }
 
 Result<std::shared_ptr<const ShmShardView>> ShmShardView::open(UniqueFd fd,
                                                                const std::string& what) {
   SY_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::adopt(std::move(fd), what));
+  SY_ASSIGN_OR_RETURN(auto map, segment.map(ShmSegment::Access::kReadOnly));
+  return open(std::move(map), what);
+}
+
+Result<std::shared_ptr<const ShmShardView>> ShmShardView::open(std::shared_ptr<ShmMapping> map,
+                                                               const std::string& what) {
   std::shared_ptr<ShmShardView> v(new ShmShardView());
   v->what_ = what;
-  SY_ASSIGN_OR_RETURN(v->map_, segment.map(ShmSegment::Access::kReadOnly));
+  v->map_ = std::move(map);
   const uint64_t size = v->map_->size();
   const auto* p = reinterpret_cast<const char*>(v->map_->data());
   if (size < kHeaderBytes || std::memcmp(p, kShardMagic, 8) != 0)
@@ -135,6 +157,32 @@ Result<std::shared_ptr<const SharedShard>> ShmShardView::materialize() const {
     shard->items.push_back(std::move(item));
   }
   return std::shared_ptr<const SharedShard>(std::move(shard));
+}
+
+Result<std::shared_ptr<const ShmShardView>> MappedImages::open(UniqueFd fd,
+                                                               const std::string& what) {
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ShmShardView::open(std::move(fd), what);
+  const auto dev = static_cast<uint64_t>(st.st_dev), ino = static_cast<uint64_t>(st.st_ino);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->dev != dev || it->ino != ino) continue;
+    if (it->segment.size() != static_cast<uint64_t>(st.st_size)) {
+      entries_.erase(it);  // not the file it was: map it anew
+      break;
+    }
+    Entry hit = std::move(*it);
+    entries_.erase(it);
+    entries_.push_front(std::move(hit));
+    ++reused_;
+    return ShmShardView::open(entries_.front().map, what);
+  }
+  SY_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::adopt(std::move(fd), what));
+  SY_ASSIGN_OR_RETURN(auto map, segment.map(ShmSegment::Access::kReadOnly));
+  auto view = ShmShardView::open(map, what);
+  if (!view.is_ok()) return view;
+  entries_.push_front(Entry{dev, ino, std::move(segment), std::move(map)});
+  if (entries_.size() > keep_) entries_.pop_back();
+  return view;
 }
 
 }  // namespace shardyard::io

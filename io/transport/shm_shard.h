@@ -18,8 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/transport/data_plane.h"
 #include "io/transport/shm_segment.h"
@@ -28,19 +30,36 @@ namespace shardyard::io {
 
 inline constexpr uint32_t kShardImageVersion = 1;
 
+// The room of an image no worker process reads any more: its segment and the writer's
+// mapping of it, kept for the image of a later shard. Writing over the pages of a segment
+// saves reserving and zeroing new ones, the writer's faults on them and freeing them
+// afterwards, and a worker process that kept its mapping of the segment (MappedImages)
+// does not map its pages again.
+struct ShmImageRoom {
+  ShmSegment segment;
+  std::shared_ptr<ShmMapping> map;  // read-write
+};
+
 class ShmShardImage {
  public:
-  // Copies `shard` (its field bytes and its item table) into a new segment.
-  static Result<ShmShardImage> create(const SharedShard& shard, const SegmentOptions& options);
+  // Copies `shard` (its field bytes and its item table) into a segment: one of `rooms`
+  // that holds the image and is at most a quarter larger (taken out of *rooms; the last
+  // such one, as the one given back last), else a new one.
+  static Result<ShmShardImage> create(const SharedShard& shard, const SegmentOptions& options,
+                                      std::vector<ShmImageRoom>* rooms = nullptr);
   // A read-only descriptor of the image for one worker (send it with a frame).
-  Result<UniqueFd> share() const { return segment_.read_only_fd(); }
-  const ShmSegment& segment() const { return segment_; }
+  Result<UniqueFd> share() const { return room_.segment.read_only_fd(); }
+  const ShmSegment& segment() const { return room_.segment; }
+  uint64_t size() const { return size_; }                    // bytes of the segment in use
   uint64_t payload_bytes() const { return payload_bytes_; }  // field bytes copied
+  // The image's room, for a later image: only once no process reads this one any more.
+  ShmImageRoom take_room() && { return std::move(room_); }
 
  private:
-  ShmShardImage(ShmSegment segment, uint64_t payload)
-      : segment_(std::move(segment)), payload_bytes_(payload) {}
-  ShmSegment segment_;
+  ShmShardImage(ShmImageRoom room, uint64_t size, uint64_t payload)
+      : room_(std::move(room)), size_(size), payload_bytes_(payload) {}
+  ShmImageRoom room_;
+  uint64_t size_ = 0;
   uint64_t payload_bytes_ = 0;
 };
 
@@ -48,6 +67,9 @@ class ShmShardView : public ShardItems, public std::enable_shared_from_this<ShmS
  public:
   // Maps the image behind `fd` read-only; `what` names it in messages.
   static Result<std::shared_ptr<const ShmShardView>> open(UniqueFd fd, const std::string& what);
+  // The image in `map`, a read-only mapping of a whole segment.
+  static Result<std::shared_ptr<const ShmShardView>> open(std::shared_ptr<ShmMapping> map,
+                                                          const std::string& what);
   uint32_t shard() const { return shard_; }
   uint64_t first_position() const { return first_position_; }
   uint64_t size() const override { return items_; }  // items
@@ -68,6 +90,32 @@ class ShmShardView : public ShardItems, public std::enable_shared_from_this<ShmS
   uint64_t first_position_ = 0, bytes_ = 0, items_ = 0;
   uint64_t payload_offset_ = 0, payload_bytes_ = 0, index_offset_ = 0;
   uint64_t table_offset_ = 0, table_bytes_ = 0;
+};
+
+// A worker process's read-only mappings of the images it was sent last, by their file's
+// identity (device and inode): the rank writes a later shard's image into the segment of one
+// no worker reads any more (WorkerLaunch), and mapping the same pages again, a fault per
+// 16 pages and their unmapping at the end, cost a worker more than decoding its part. An
+// entry keeps its segment open, so no other file can take its identity meanwhile; it also
+// keeps the pages until `keep` other images were opened after it.
+//
+// Thread-compatible.
+class MappedImages {
+ public:
+  explicit MappedImages(size_t keep) : keep_(keep) {}
+  // ShmShardView::open(), over the mapping of the same segment when it is kept here.
+  Result<std::shared_ptr<const ShmShardView>> open(UniqueFd fd, const std::string& what);
+  uint64_t reused() const { return reused_; }
+
+ private:
+  struct Entry {
+    uint64_t dev, ino;
+    ShmSegment segment;
+    std::shared_ptr<ShmMapping> map;
+  };
+  const size_t keep_;
+  std::deque<Entry> entries_;  // the one used last first
+  uint64_t reused_ = 0;
 };
 
 }  // namespace shardyard::io

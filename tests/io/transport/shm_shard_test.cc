@@ -3,6 +3,7 @@
 #include "io/transport/shm_shard.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -17,18 +18,18 @@ using ShmShardTest = ShmTest;  // checks that nothing is left behind
 
 // A month of records loaded as one buffer, and windows over it: each item views 4096
 // bytes, one every 1024 (overlapping, as windows do), plus a small field of its own.
-SharedShard month(size_t windows) {
+SharedShard month(size_t windows, uint32_t shard = 12) {
   auto buf = std::make_shared<std::string>(1024 * windows + 3072, '\0');
-  for (size_t i = 0; i < buf->size(); ++i) (*buf)[i] = static_cast<char>((i * 131) >> 3);
+  for (size_t i = 0; i < buf->size(); ++i) (*buf)[i] = static_cast<char>(((i * 131) >> 3) + shard);
   SharedShard s;
-  s.shard = 12;
+  s.shard = shard;
   s.first_position = 5000;
   s.bytes = buf->size();
   for (size_t i = 0; i < windows; ++i) {
     Item it;
     it.id = 90000 + i;
-    it.shard = 12;
-    it.key = "month-12.bin@" + std::to_string(i);
+    it.shard = shard;
+    it.key = "month-" + std::to_string(shard) + ".bin@" + std::to_string(i);
     it.owner = buf;
     it.set_field_view("bin", reinterpret_cast<const uint8_t*>(buf->data()) + 1024 * i, 4096);
     it.set_field("idx", std::to_string(i));
@@ -124,6 +125,71 @@ TEST_F(ShmShardTest, SeveralProcessesMapOneReadOnlyCopy) {
   image = Status(StatusCode::kCancelled, "the loader drops its image");
   for (auto& e : ends) ASSERT_TRUE(e.loader.send({2, "go", {}}, 5000).is_ok());
   for (auto& w : workers) EXPECT_EQ(w.wait(20000), 0) << "the workers read it to the end";
+}
+
+uint64_t inode(const ShmSegment& segment) {
+  struct stat st {};
+  EXPECT_EQ(::fstat(segment.fd(), &st), 0);
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+// A later shard's image goes into the room of one nobody reads any more, when it fits, and
+// a worker that kept its mapping of that segment reads the new shard through it.
+TEST_F(ShmShardTest, ALaterImageTakesTheRoomOfAnEarlierOneAndAWorkerItsMapping) {
+  SegmentOptions o;
+  o.dir = dir_;
+  const SharedShard first = month(1000, 12), second = month(1000, 13);
+  auto a = ShmShardImage::create(first, o);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  const uint64_t a_inode = inode(a->segment());
+  MappedImages worker(3);
+  auto view_a = worker.open(a->share().value(), "shard 12");
+  ASSERT_TRUE(view_a.is_ok()) << view_a.status().to_string();
+  EXPECT_EQ(check_view(**view_a, first), "");
+  EXPECT_EQ(worker.reused(), 0u);
+
+  std::vector<ShmImageRoom> rooms;
+  rooms.push_back(std::move(*a).take_room());
+  auto b = ShmShardImage::create(second, o, &rooms);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_TRUE(rooms.empty()) << "the room was taken";
+  EXPECT_EQ(inode(b->segment()), a_inode) << "the same segment";
+  auto view_b = worker.open(b->share().value(), "shard 13");
+  ASSERT_TRUE(view_b.is_ok()) << view_b.status().to_string();
+  EXPECT_EQ(worker.reused(), 1u) << "the worker's mapping of the segment served again";
+  EXPECT_EQ(check_view(**view_b, second), "");
+
+  // A room that cannot hold the image, or one more than a quarter larger, is left.
+  rooms.push_back(std::move(*b).take_room());
+  auto larger = ShmShardImage::create(month(1300, 14), o, &rooms);
+  ASSERT_TRUE(larger.is_ok());
+  EXPECT_EQ(rooms.size(), 1u) << "too small for 1300 windows";
+  EXPECT_NE(inode(larger->segment()), a_inode);
+  auto smaller = ShmShardImage::create(month(500, 15), o, &rooms);
+  ASSERT_TRUE(smaller.is_ok());
+  EXPECT_EQ(rooms.size(), 1u) << "twice the room 500 windows need";
+  auto view_small = worker.open(smaller->share().value(), "shard 15");
+  ASSERT_TRUE(view_small.is_ok());
+  EXPECT_EQ(check_view(**view_small, month(500, 15)), "");
+  EXPECT_EQ(worker.reused(), 1u) << "another segment is mapped anew";
+}
+
+TEST_F(ShmShardTest, MappedImagesKeepsTheLastOnesOnly) {
+  SegmentOptions o;
+  o.dir = dir_;
+  auto a = ShmShardImage::create(month(100, 12), o);
+  auto b = ShmShardImage::create(month(100, 13), o);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  MappedImages worker(1);
+  ASSERT_TRUE(worker.open(a->share().value(), "a").is_ok());
+  ASSERT_TRUE(worker.open(a->share().value(), "a").is_ok());
+  EXPECT_EQ(worker.reused(), 1u);
+  ASSERT_TRUE(worker.open(b->share().value(), "b").is_ok());
+  ASSERT_TRUE(worker.open(a->share().value(), "a").is_ok());
+  EXPECT_EQ(worker.reused(), 1u) << "a was let go when b came";
+  auto view = worker.open(b->share().value(), "b");
+  ASSERT_TRUE(view.is_ok());
+  EXPECT_EQ(check_view(**view, month(100, 13)), "");
 }
 
 // Writes `bytes` into a new segment and opens it as a shard image.
