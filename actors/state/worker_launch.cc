@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "actors/state/worker_frames.h"
@@ -14,6 +15,7 @@
 #include "io/fs/uri.h"
 #include "io/remote/remote_file_system.h"
 #include "io/transport/shm_channel.h"
+#include "runtime/pipeline.h"
 
 namespace shardyard::actors {
 
@@ -247,6 +249,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
                                 : std::clamp<uint64_t>(data, 4ull << 20, 256ull << 20);
     }
   }
+  launch->rooms_->enabled = !spec_reads_bytes(job.pipeline);
   launch->options_ = std::move(options);
   return launch;
 }
@@ -263,7 +266,7 @@ void WorkerLaunch::log(const std::string& line) const {
     std::fprintf(stderr, "shardyard: %s\n", line.c_str());
 }
 
-Result<std::shared_ptr<io::ShmShardImage>> WorkerLaunch::shard_image(
+Result<std::shared_ptr<SharedImage>> WorkerLaunch::shard_image(
     uint32_t rank, const std::shared_ptr<const io::SharedShard>& shard) {
   std::lock_guard<std::mutex> lock(images_mu_);
   for (auto it = images_.begin(); it != images_.end();)
@@ -280,26 +283,31 @@ Result<std::shared_ptr<io::ShmShardImage>> WorkerLaunch::shard_image(
     rooms.swap(rooms_->idle);
   }
   auto made = io::ShmShardImage::create(*shard, seg, &rooms);
+  if (!made.is_ok() && !rooms.empty()) {
+    // No room fitted, and a new segment found no space: free the idle ones and try again.
+    rooms.clear();
+    made = io::ShmShardImage::create(*shard, seg);
+  }
   {
     std::lock_guard<std::mutex> idle(rooms_->mu);
     for (auto& room : rooms) rooms_->idle.push_back(std::move(room));
+    while (rooms_->idle.size() > 2) rooms_->idle.erase(rooms_->idle.begin());
   }
   if (!made.is_ok()) return made.status();
-  // The last holder gives the room back (a feed's thread, once its worker process handed
-  // back the last item of its part): the newest two are kept, an older one freed.
   std::shared_ptr<Rooms> keep = rooms_;
-  auto image = std::shared_ptr<io::ShmShardImage>(
-      new io::ShmShardImage(std::move(made).value()), [keep](io::ShmShardImage* done) {
-        io::ShmImageRoom room = std::move(*done).take_room();
+  auto image = std::shared_ptr<SharedImage>(
+      new SharedImage(std::move(made).value()), [keep](SharedImage* done) {
+        const bool reusable = keep->enabled && done->parts.load() == done->handed.load();
+        std::optional<io::ShmImageRoom> room;
+        if (reusable) room.emplace(std::move(done->image).take_room());
         delete done;
-        std::vector<io::ShmImageRoom> freed;
-        {
-          std::lock_guard<std::mutex> idle(keep->mu);
-          keep->idle.push_back(std::move(room));
-          while (keep->idle.size() > 2) {
-            freed.push_back(std::move(keep->idle.front()));
-            keep->idle.erase(keep->idle.begin());
-          }
+        if (!room) return;
+        std::vector<io::ShmImageRoom> freed;  // unmapped and closed after the lock
+        std::lock_guard<std::mutex> idle(keep->mu);
+        keep->idle.push_back(std::move(*room));
+        while (keep->idle.size() > 2) {
+          freed.push_back(std::move(keep->idle.front()));
+          keep->idle.erase(keep->idle.begin());
         }
       });
   slot.shard = shard;

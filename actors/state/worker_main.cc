@@ -188,11 +188,11 @@ class RemoteRoute : public io::Route {
 
 // The arenas of this process's channels, kept from unit to unit: the rank sends the same
 // output arena (and data arena) again (its ArenaPools), and the input arena of routed items
-// is reused here. So are the mappings of broadcast images: the rank writes later shards into
-// the segments of earlier ones, which rotate among the loaded shards (the one in use, those
-// loaded ahead, one being made) and the rooms the rank keeps (2).
+// is reused here. So are the mappings of the last 3 broadcast images: the rank writes later
+// shards into the segments of earlier ones (it keeps 2 idle). A kept mapping also keeps its
+// segment after the rank let go of it, so the count stays small: the rank's 2 and one more.
 struct UnitArenas {
-  explicit UnitArenas(const JobData& job) : images(job.prefetch_shards + 4) {}
+  UnitArenas() : images(3) {}
   io::AttachedArenas output{4};
   std::shared_ptr<io::ArenaPool> input = std::make_shared<io::ArenaPool>();
   io::MappedImages images;
@@ -264,7 +264,7 @@ Status serve_rank(io::UnixSocket& control) {
     std::memcpy(p + 8, &len, sizeof len);
     __atomic_fetch_add(seq, 1, __ATOMIC_RELEASE);
   });
-  UnitArenas arenas(**job);
+  UnitArenas arenas;
   ByteWriter ready;
   ready.u64(static_cast<uint64_t>(::getpid()));
   SY_RETURN_IF_ERROR(control.send(io::Frame{kReadyFrame, ready.out, {}}, 10000));

@@ -144,6 +144,7 @@ class UnitFeed {
       Entry& e = pending_.front();
       if (e.shard) {
         if (position < e.last_position) break;
+        e.image->handed.fetch_add(1);  // its worker read the last of its part
       } else {
         while (e.begin < e.items.size() && e.items[e.begin].position <= position) ++e.begin;
         if (e.begin < e.items.size()) break;
@@ -169,7 +170,7 @@ class UnitFeed {
     std::vector<Item> items;  // routed items from `begin` on
     size_t begin = 0;
     std::shared_ptr<const io::SharedShard> shard;  // or a loaded shard, as an image
-    std::shared_ptr<io::ShmShardImage> image;
+    std::shared_ptr<SharedImage> image;
     uint64_t last_position = 0;  // the last position of this worker's part of the shard
   };
 
@@ -200,6 +201,7 @@ class UnitFeed {
           return;
         }
         e.image = std::move(*image);
+        e.image->parts.fetch_add(1);
         e.shard = std::move(d->shard);
         e.last_position =
             shard.first_position + part.begin + (part.end - 1 - part.begin) / part.step * part.step;
@@ -216,7 +218,7 @@ class UnitFeed {
   void deliver(const Entry& e) {
     if (e.shard) {
       if (!sink_.control) return;
-      auto fd = e.image->share();
+      auto fd = e.image->image.share();
       if (!fd.is_ok()) return;
       io::Frame f{kShardFrame, {}, {}};
       f.fds.push_back(std::move(*fd));

@@ -63,6 +63,15 @@ struct WorkerProcessOptions {
   std::function<void(const std::string&)> log;
 };
 
+// A loaded shard's image, and the parts of it that the feeds gave worker processes and got
+// back whole (UnitFeed).
+struct SharedImage {
+  explicit SharedImage(io::ShmShardImage made) : image(std::move(made)) {}
+  io::ShmShardImage image;
+  std::atomic<uint32_t> parts{0};
+  std::atomic<uint32_t> handed{0};
+};
+
 // What every worker process of one job needs, made once per job and shared by the runners.
 class WorkerLaunch {
  public:
@@ -88,10 +97,15 @@ class WorkerLaunch {
   const io::FileRanges& file_ranges() const { return file_ranges_; }
   // The image of a loaded shard (broadcast) that every worker process of `rank` maps: made
   // by the first worker's feed that needs it, shared by the others while any holds it.
-  // The feeds hold an image until each worker process handed back the last item of its part
-  // of the shard, so that no process reads it any more when the last one lets go: its room
-  // (segment and mapping) is then kept for a later shard's image (io::ShmImageRoom).
-  Result<std::shared_ptr<io::ShmShardImage>> shard_image(
+  // A feed holds it until its worker process handed back the last item of its part of the
+  // shard (SharedImage::parts and handed), having copied every window of it into its arena
+  // first. When the last holder lets go and every part was handed back whole, no process
+  // reads the image any more, and its room (segment and mapping) is kept for a later
+  // shard's image (io::ShmImageRoom). Not after an abandoned unit (a worker may still be
+  // reading), and not where a stage of the job reads field bytes: such a stage might keep
+  // an item of the shard and read it later, so its bytes must stay as they are while the
+  // mapping lives (Item::owner).
+  Result<std::shared_ptr<SharedImage>> shard_image(
       uint32_t rank, const std::shared_ptr<const io::SharedShard>& shard);
 
  private:
@@ -105,12 +119,13 @@ class WorkerLaunch {
   std::atomic<uint64_t> restarts_{0};
   struct Image {
     std::weak_ptr<const io::SharedShard> shard;
-    std::weak_ptr<io::ShmShardImage> image;
+    std::weak_ptr<SharedImage> image;
   };
   std::mutex images_mu_;
   std::map<std::pair<uint32_t, const io::SharedShard*>, Image> images_;  // guarded by images_mu_
   // The rooms of images no process reads any more (the last ones given back, at most 2).
   struct Rooms {
+    bool enabled = false;  // no stage of the job reads field bytes
     std::mutex mu;
     std::vector<io::ShmImageRoom> idle;  // guarded by mu
   };
