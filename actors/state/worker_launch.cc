@@ -208,7 +208,6 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   const bool even = job.plan.worker_strategy == "strided" &&
                     (job.dispatch == Dispatch::kNone || job.dispatch == Dispatch::kRoundRobin ||
                      job.dispatch == Dispatch::kBroadcast);
-  // Windows are all one size, so there the share is even to the window: 1/W.
   if (even && spec.enabled() && workers > 1)
     held = held / workers + mean;
   else if (even && workers > 2)

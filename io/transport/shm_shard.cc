@@ -70,7 +70,7 @@ Result<ShmShardImage> ShmShardImage::create(const SharedShard& shard, const Segm
   copy_payload(plan, p + payload_offset);
   std::memcpy(p + index_offset, index.data(), index.size());
   std::memcpy(p + table_offset, table.out.data(), table.out.size());
-  return ShmShardImage(std::move(*room), size, plan.bytes);
+  return ShmShardImage(std::move(*room), plan.bytes);
 }
 
 Result<std::shared_ptr<const ShmShardView>> ShmShardView::open(UniqueFd fd,

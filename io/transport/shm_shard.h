@@ -50,16 +50,14 @@ class ShmShardImage {
   // A read-only descriptor of the image for one worker (send it with a frame).
   Result<UniqueFd> share() const { return room_.segment.read_only_fd(); }
   const ShmSegment& segment() const { return room_.segment; }
-  uint64_t size() const { return size_; }                    // bytes of the segment in use
   uint64_t payload_bytes() const { return payload_bytes_; }  // field bytes copied
   // The image's room, for a later image: only once no process reads this one any more.
   ShmImageRoom take_room() && { return std::move(room_); }
 
  private:
-  ShmShardImage(ShmImageRoom room, uint64_t size, uint64_t payload)
-      : room_(std::move(room)), size_(size), payload_bytes_(payload) {}
+  ShmShardImage(ShmImageRoom room, uint64_t payload)
+      : room_(std::move(room)), payload_bytes_(payload) {}
   ShmImageRoom room_;
-  uint64_t size_ = 0;
   uint64_t payload_bytes_ = 0;
 };
 
@@ -95,7 +93,8 @@ class ShmShardView : public ShardItems, public std::enable_shared_from_this<ShmS
 // A worker process's read-only mappings of the images it was sent last, by their file's
 // identity (device and inode): the rank writes a later shard's image into the segment of one
 // no worker reads any more (WorkerLaunch), and mapping the same pages again, a fault per
-// 16 pages and their unmapping at the end, cost a worker more than decoding its part. An
+// 16 pages and their unmapping at the end, cost a worker more than copying its part's
+// windows into its arena (docs/performance.md, "Worker processes"). An
 // entry keeps its segment open, so no other file can take its identity meanwhile; it also
 // keeps the pages until `keep` other images were opened after it.
 //
