@@ -169,54 +169,56 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // a worker through its input channel, not from a mapping of its own), a sample of a local
   // tar shard that is always read by mapping (as long as the reader's mapping threshold) or
   // left unread (as long as JobData::unread_field_bytes) counts a page for its small fields
-  // (a large one's neighbours: a label, JSON metadata), or its payload where that is less;
-  // a smaller sample may be read into a buffer and copied whole. The manifest does not say
-  // how a sample's payload splits into fields; where the small ones are larger the arena
-  // fills sooner and its worker waits for the loader, which costs speed, not correctness,
-  // and the floor of 8 MiB still holds 2,000 such samples. Counting the threshold of a
-  // field that crosses as a file range (64 KiB) instead made the arena of a 512 KiB-sample
-  // job 24 MiB, whose first fill cost a short run more than the room gave back
-  // (docs/performance.md, "Worker processes").
+  // (a large one's neighbours: a label, JSON metadata), or its payload where that is less.
+  // A smaller sample is read whole: into the data arena where there is one (below), where it
+  // crosses by its place and takes the room of its descriptor only, or else into a buffer
+  // it is copied from. The manifest does not say how a sample's payload splits into fields;
+  // where the small ones are larger the arena fills sooner and its worker waits for the
+  // loader, which costs speed, not correctness. Counting the threshold of a field that
+  // crosses as a file range (64 KiB) instead made the arena of a 512 KiB-sample job 24 MiB,
+  // whose first fill cost a short run more than the room gave back (docs/performance.md,
+  // "Worker processes").
+  const bool tar_job = !spec.enabled() && job.dispatch == Dispatch::kNone;
   const uint64_t payload =
       spec.enabled() ? job.manifest->window_payload_bytes()
                      : job.manifest->payload_bytes() / std::max<uint64_t>(1, job.index.num_items());
-  uint64_t copied = payload;
-  if (!spec.enabled() && job.dispatch == Dispatch::kNone) {
+  uint64_t copied = payload;    // per item, read samples copied
+  uint64_t copied_mapped = 0;   // per item, read samples in the data arena
+  uint64_t copied_largest = 0;  // the largest sample copied whole
+  if (tar_job) {
     const uint64_t small_fields = 4096;
     const uint64_t mapped =
         job.unread_field_bytes > 0
             ? std::min<uint64_t>(job.reader.map_threshold_bytes, job.unread_field_bytes)
             : job.reader.map_threshold_bytes;
-    uint64_t total = 0, items = 0;
+    uint64_t total = 0, fields = 0, items = 0;
     for (const auto& src : job.manifest->sources) {
       const bool ranges = src.kind == SourceKind::kTar && !io::is_remote_uri(src.uri);
-      for (const auto& sample : src.samples)
-        total += ranges && sample.end - sample.begin >= mapped
-                     ? std::min(sample.payload_bytes, small_fields)
-                     : sample.payload_bytes;
+      for (const auto& sample : src.samples) {
+        if (ranges && sample.end - sample.begin >= mapped) {
+          fields += std::min(sample.payload_bytes, small_fields);
+        } else {
+          total += sample.payload_bytes;
+          copied_largest = std::max(copied_largest, sample.payload_bytes);
+        }
+      }
       items += src.samples.size();
     }
-    copied = total / std::max<uint64_t>(1, items);
+    copied = (total + fields) / std::max<uint64_t>(1, items);
+    copied_mapped = fields / std::max<uint64_t>(1, items);
   }
-  const uint64_t mean = copied + 256;
-  const uint64_t packet_items =
-      std::min<uint64_t>(job.packet_items, job.packet_bytes / std::max<uint64_t>(1, payload) + 1);
-  const uint64_t packet = packet_items * mean + mean;
-  const uint64_t building = std::min<uint64_t>(options.prefetch_batches, 2);
-  uint64_t held = uint64_t{job.batch_size} * mean * (std::max<uint64_t>(building, 1) + 1);
   const uint32_t workers = job.topology.workers;
+  const uint64_t building = std::min<uint64_t>(options.prefetch_batches, 2);
   const bool even = job.plan.worker_strategy == "strided" &&
                     (job.dispatch == Dispatch::kNone || job.dispatch == Dispatch::kRoundRobin ||
                      job.dispatch == Dispatch::kBroadcast);
-  if (even && spec.enabled() && workers > 1)
-    held = held / workers + mean;
-  else if (even && workers > 2)
-    held = held * 2 / workers;
-  const uint64_t wanted = spec.enabled() ? 2 * packet + held : 5 * packet + held;
-  // (1 MiB at least all the same: the per-item 256 bytes are an estimate of descriptors.)
-  const uint64_t least = spec.enabled() ? 1ull << 20 : 8ull << 20;
-  launch->arena_bytes_ =
-      options.arena_bytes ? options.arena_bytes : std::clamp<uint64_t>(wanted, least, 1ull << 30);
+  // What the loader keeps of one worker's items of `mean` bytes each.
+  auto held_of = [&](uint64_t mean) {
+    const uint64_t held = uint64_t{job.batch_size} * mean * (std::max<uint64_t>(building, 1) + 1);
+    if (even && spec.enabled() && workers > 1) return held / workers + mean;
+    if (even && workers > 2) return held * 2 / workers;
+    return held;
+  };
   // The data arena (io/transport/shm_arena.h ArenaChunks): where a worker reads the ranges of
   // tar shards it does not map, so that their items cross without a copy. It holds a chunk
   // per logical shard the worker interleaves, until the loader has collated the chunk's
@@ -226,7 +228,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // copied, so this sizes for speed, not correctness.
   // Workers fed by a dispatcher read nothing, and ranges that are mapped or walked (large
   // members left unread, the small ones read beside them on the heap) need no room.
-  if (!spec.enabled() && job.dispatch == Dispatch::kNone) {
+  if (tar_job) {
     uint64_t span = 0, items = 0;
     bool reads = false;
     for (const auto& src : job.manifest->sources) {
@@ -242,12 +244,30 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       const uint64_t per_worker =
           (job.shards.count() + uint64_t{workers} * job.topology.ranks - 1) /
           (uint64_t{workers} * job.topology.ranks);
-      const uint64_t data = 4 * chunk * (per_worker + 2) + held;
+      const uint64_t data = 4 * chunk * (per_worker + 2) + held_of(copied + 256);
       launch->data_bytes_ = options.arena_bytes
                                 ? options.arena_bytes
                                 : std::clamp<uint64_t>(data, 4ull << 20, 256ull << 20);
     }
   }
+  const uint64_t packet_items =
+      std::min<uint64_t>(job.packet_items, job.packet_bytes / std::max<uint64_t>(1, payload) + 1);
+  auto packet_of = [&](uint64_t mean) { return packet_items * mean + mean; };
+  // At least 1 MiB all the same (the per-item 256 bytes are an estimate of descriptors).
+  // Without a data arena, a tar job's arena keeps its floor of 8 MiB.
+  uint64_t least = spec.enabled() ? 1ull << 20 : 8ull << 20;
+  uint64_t mean = copied + 256;
+  if (launch->data_bytes_ > 0) {
+    // The read samples cross in the data arena, and this arena holds their descriptors.
+    // A chunk that finds the data arena full is copied through this one instead: room for
+    // two such packets, or two copies of the largest sample, keeps that from stalling.
+    mean = copied_mapped + 256;
+    least = std::max({uint64_t{1} << 20, 2 * packet_of(copied + 256), 2 * (copied_largest + 256)});
+  }
+  const uint64_t wanted =
+      spec.enabled() ? 2 * packet_of(mean) + held_of(mean) : 5 * packet_of(mean) + held_of(mean);
+  launch->arena_bytes_ =
+      options.arena_bytes ? options.arena_bytes : std::clamp<uint64_t>(wanted, least, 1ull << 30);
   launch->rooms_->enabled = !spec_reads_bytes(job.pipeline);
   launch->options_ = std::move(options);
   return launch;

@@ -1,0 +1,61 @@
+// WorkerLaunch's arena sizes (actors/state/worker_process.h), without an actor system: the
+// sizes come from a real manifest.
+#include <gtest/gtest.h>
+
+#include "actors/state/worker_process.h"
+#include "state_fixture.h"
+
+namespace shardyard::actors {
+namespace {
+
+using testing::JobSpec;
+using testing::make_test_job;
+using testing::TempDir;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+TEST(WorkerLaunchTest, SmallSamplesCrossInTheDataArenaAndTheRingHoldsTheirDescriptors) {
+  TempDir dir;
+  JobSpec spec;
+  spec.shards = 4;
+  spec.samples = 25;
+  spec.bytes = 4000;  // read whole, chunk by chunk: into the data arena
+  auto job = make_test_job(dir.path() + "/d", spec);
+  ASSERT_NE(job, nullptr);
+  auto launch = WorkerLaunch::create(*job, WorkerProcessOptions{});
+  ASSERT_TRUE(launch.is_ok()) << launch.status().to_string();
+  EXPECT_GE((*launch)->data_bytes(), 4 * kMiB);
+  // Descriptors and room for two packets copied whole (a chunk the data arena had no room
+  // for), not the 8 MiB a ring that copies every sample needs.
+  const uint64_t whole_packet = (job->packet_items + 1) * (4000 + 256);
+  EXPECT_GE((*launch)->arena_bytes(), std::max(kMiB, 2 * whole_packet));
+  EXPECT_LT((*launch)->arena_bytes(), 8 * kMiB);
+}
+
+TEST(WorkerLaunchTest, LargeSamplesCrossAsFileRangesWithoutADataArena) {
+  TempDir dir;
+  JobSpec spec;
+  spec.shards = 2;
+  spec.samples = 4;
+  spec.bytes = 300000;  // past the reader's mapping threshold: mapped, named by file range
+  auto job = make_test_job(dir.path() + "/d", spec);
+  ASSERT_NE(job, nullptr);
+  auto launch = WorkerLaunch::create(*job, WorkerProcessOptions{});
+  ASSERT_TRUE(launch.is_ok()) << launch.status().to_string();
+  EXPECT_EQ((*launch)->data_bytes(), 0u);
+  EXPECT_GE((*launch)->arena_bytes(), 8 * kMiB);
+}
+
+TEST(WorkerLaunchTest, AnArenaSizeGivenByTheUserIsKept) {
+  TempDir dir;
+  auto job = make_test_job(dir.path() + "/d", JobSpec{});
+  ASSERT_NE(job, nullptr);
+  WorkerProcessOptions o;
+  o.arena_bytes = 3 * kMiB;
+  auto launch = WorkerLaunch::create(*job, o);
+  ASSERT_TRUE(launch.is_ok()) << launch.status().to_string();
+  EXPECT_EQ((*launch)->arena_bytes(), 3 * kMiB);
+}
+
+}  // namespace
+}  // namespace shardyard::actors
