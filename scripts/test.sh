@@ -44,7 +44,7 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
     actors_stage_runner_test actors_worker_core_test actors_merger_test actors_cluster_test \
     actors_checkpoint_cluster_test actors_dispatch_cluster_test actors_device_loader_test \
     actors_placement_test actors_agreement_test actors_monitor_test actors_status_board_test \
-    actors_worker_frames_test \
+    actors_worker_frames_test actors_worker_launch_test \
     actors_net_test io_remote_file_system_test" \
     sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
