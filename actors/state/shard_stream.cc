@@ -42,6 +42,20 @@ ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleR
     auto at = seq.seek(consumed);
     cursors_.push_back(Cursor{std::move(seq), at.chunk, {}, {}, 0, at.offset});
   }
+  // Every shard with items left gives one in the unit's first round (InterleaveCursor): say
+  // now what each reads first, so that remote files fetch their first chunks together
+  // instead of one after another as the round reaches them.
+  for (size_t k = 0; k < cursors_.size(); ++k) {
+    const Cursor& c = cursors_[k];
+    const uint64_t take = k < unit.take.size() ? unit.take[k] : 0;
+    const uint64_t consumed = k < unit.consumed.size() ? unit.consumed[k] : 0;
+    if (consumed >= take || c.next_chunk >= c.seq.num_chunks()) continue;
+    (void)for_each_run(job_, c.seq, c.next_chunk,
+                       [&](uint32_t source, uint64_t first, uint64_t last, uint64_t) {
+                         reader_.will_need(source, first, last);
+                         return Status::ok();
+                       });
+  }
 }
 
 Result<Item> ShardStreams::next(uint32_t k) {

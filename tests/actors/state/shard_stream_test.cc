@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "io/fs/interface.h"
 #include "state_fixture.h"
 
 namespace shardyard::actors {
@@ -92,6 +97,86 @@ TEST_F(ShardStreamsTest, LoadShardReadsWhatIsLeftOfOneShardAtOnce) {
   ASSERT_EQ(loaded.items.size(), expected.size() - 2);
   for (size_t i = 0; i < loaded.items.size(); ++i) EXPECT_EQ(loaded.items[i].id, expected[i + 2]);
   EXPECT_GT(loaded.bytes, 0u);
+}
+
+// The files of a file system, with every will_need() hint they get noted by file.
+class HintsSeen : public io::FileSystemWrapper {
+ public:
+  using io::FileSystemWrapper::FileSystemWrapper;
+  Result<std::unique_ptr<io::RandomAccessFile>> open(const std::string& uri) override {
+    SY_ASSIGN_OR_RETURN(auto f, target()->open(uri));
+    return std::unique_ptr<io::RandomAccessFile>(new File(std::move(f), this));
+  }
+  std::map<std::string, std::set<uint64_t>> hints() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hints_;
+  }
+
+ private:
+  class File : public io::RandomAccessFile {
+   public:
+    File(std::unique_ptr<io::RandomAccessFile> f, HintsSeen* fs) : f_(std::move(f)), fs_(fs) {}
+    Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
+      return f_->read_at(offset, dst, n);
+    }
+    Result<std::shared_ptr<const io::MappedRange>> map(uint64_t offset, size_t n) override {
+      return f_->map(offset, n);
+    }
+    void will_need(uint64_t offset, size_t n) override {
+      {
+        std::lock_guard<std::mutex> lock(fs_->mu_);
+        fs_->hints_[f_->uri()].insert(offset);
+      }
+      f_->will_need(offset, n);
+    }
+    uint64_t size() const override { return f_->size(); }
+    const std::string& uri() const override { return f_->uri(); }
+    int64_t version() const override { return f_->version(); }
+
+   private:
+    std::unique_ptr<io::RandomAccessFile> f_;
+    HintsSeen* fs_;
+  };
+  std::mutex mu_;
+  std::map<std::string, std::set<uint64_t>> hints_;
+};
+
+TEST_F(ShardStreamsTest, EveryShardSaysWhatItReadsFirstBeforeTheFirstItem) {
+  // A unit's first round takes an item of each of its shards: each is told at once where it
+  // reads first, so that remote files fetch their first chunks together.
+  HintsSeen fs(job_->fs);
+  io::SampleReader reader(fs, job_->manifest, job_->pool);
+  WorkUnit u = unit();
+  // One shard resumed past its first chunk, one with nothing left to take.
+  u.consumed[1] = 5;
+  u.consumed[2] = u.take[2];
+  ShardStreams streams(*job_, u, reader);
+  const auto hints = fs.hints();
+  auto hinted = [&](uint64_t id) {
+    auto loc = job_->index.locate(id);
+    const auto& src = job_->manifest->sources[loc.source];
+    auto it = hints.find(src.uri);
+    return it != hints.end() && it->second.count(src.samples[loc.sample].begin) > 0;
+  };
+  for (uint32_t k = 0; k < u.shards.size(); ++k) {
+    if (u.consumed[k] >= u.take[k]) continue;
+    ShardSequence seq(job_->shards, u.shards[k], job_->plan.chunk_items, job_->plan.shuffle,
+                      job_->manifest->seekable(), u.epoch_key);
+    const auto at = seq.seek(u.consumed[k]);
+    EXPECT_TRUE(hinted(seq.chunk_begin(at.chunk))) << "logical shard " << u.shards[k];
+  }
+  // The shard with nothing left is not read, so it asks for nothing.
+  ShardSequence done(job_->shards, u.shards[2], job_->plan.chunk_items, job_->plan.shuffle,
+                     job_->manifest->seekable(), u.epoch_key);
+  EXPECT_FALSE(hinted(done.chunk_begin(0)));
+  // And the items are the same as without the hints.
+  for (uint32_t k = 0; k < u.shards.size(); ++k) {
+    if (u.consumed[k] >= u.take[k]) continue;
+    const auto expected = shard_order(*job_, u.shards[k], u.epoch_key);
+    auto item = streams.next(k);
+    ASSERT_TRUE(item.is_ok()) << item.status().to_string();
+    EXPECT_EQ(item->id, expected[u.consumed[k]]);
+  }
 }
 
 }  // namespace
