@@ -1,5 +1,7 @@
 #include "actors/state/shard_stream.h"
 
+#include <algorithm>
+
 namespace shardyard::actors {
 
 namespace {
@@ -44,17 +46,26 @@ ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleR
   }
   // Every shard with items left gives one in the unit's first round (InterleaveCursor): say
   // now what each reads first, so that remote files fetch their first chunks together
-  // instead of one after another as the round reaches them.
+  // instead of one after another as the round reaches them. As far as the reader keeps
+  // files open: a hint opens its file, and a file closed again before its read would be
+  // opened twice.
+  std::vector<uint32_t> sources;
   for (size_t k = 0; k < cursors_.size(); ++k) {
     const Cursor& c = cursors_[k];
     const uint64_t take = k < unit.take.size() ? unit.take[k] : 0;
     const uint64_t consumed = k < unit.consumed.size() ? unit.consumed[k] : 0;
     if (consumed >= take || c.next_chunk >= c.seq.num_chunks()) continue;
-    (void)for_each_run(job_, c.seq, c.next_chunk,
-                       [&](uint32_t source, uint64_t first, uint64_t last, uint64_t) {
-                         reader_.will_need(source, first, last);
-                         return Status::ok();
-                       });
+    const Status room = for_each_run(
+        job_, c.seq, c.next_chunk, [&](uint32_t source, uint64_t first, uint64_t last, uint64_t) {
+          if (std::find(sources.begin(), sources.end(), source) == sources.end()) {
+            if (sources.size() == reader_.max_open_files())
+              return cancelled("the reader keeps no more files open");
+            sources.push_back(source);
+          }
+          reader_.will_need(source, first, last);
+          return Status::ok();
+        });
+    if (!room.is_ok()) break;
   }
 }
 

@@ -75,6 +75,8 @@ class SampleReader {
   // remote one starts fetching the range in the background (read_ahead.h). Errors are left
   // for read() to report.
   void will_need(uint32_t source, uint64_t first, uint64_t last);
+  // How many source files stay open at once (SampleReaderOptions::max_open_files).
+  size_t max_open_files() const { return max_open_; }
   uint64_t bytes_read() const { return bytes_read_; }
   // Where the ranges of tar shards that are read (not mapped) go from now on, ahead of the
   // pool: a worker process reads them into its channel's shared arena, so that the loader

@@ -179,5 +179,23 @@ TEST_F(ShardStreamsTest, EveryShardSaysWhatItReadsFirstBeforeTheFirstItem) {
   }
 }
 
+TEST_F(ShardStreamsTest, TheFirstChunksAreHintedAsFarAsTheReaderKeepsFilesOpen) {
+  // A hint opens its file: hinting more files than stay open would close the first ones
+  // again before their reads, which would open them twice.
+  HintsSeen fs(job_->fs);
+  io::SampleReaderOptions o;
+  o.max_open_files = 2;
+  io::SampleReader reader(fs, job_->manifest, job_->pool, o);
+  const WorkUnit u = unit();
+  ShardStreams streams(*job_, u, reader);
+  EXPECT_EQ(fs.hints().size(), 2u);
+  for (uint32_t k = 0; k < u.shards.size(); ++k) {
+    const auto expected = shard_order(*job_, u.shards[k], u.epoch_key);
+    auto item = streams.next(k);
+    ASSERT_TRUE(item.is_ok()) << item.status().to_string();
+    EXPECT_EQ(item->id, expected[0]);
+  }
+}
+
 }  // namespace
 }  // namespace shardyard::actors
