@@ -332,7 +332,12 @@ Result<Manifest> decode(const ManifestSource& source, uint64_t total_bytes, cons
     s.files.resize(nf);
     for (auto& f : s.files) f = r.str();
     const uint64_t ns = r.uint(8), table_bytes = r.uint(8);
-    if (table_bytes > body_size || !r.need(static_cast<size_t>(table_bytes))) break;
+    // A table longer than what is left of the body: the layout is broken (it was left
+    // at that, and a table longer than the whole body was accepted as no table at all).
+    if (table_bytes > body_size || !r.need(static_cast<size_t>(table_bytes))) {
+      r.failed = true;
+      break;
+    }
     const uint64_t at = r.body_pos();
     std::string_view table = r.take(static_cast<size_t>(table_bytes));
     if (whole != nullptr) table = std::string_view(whole + 24 + at, table.size());

@@ -124,6 +124,17 @@ TEST(ManifestFormat, DecodesWithoutVerifyingAndStillRefusesABrokenLayout) {
   }
 }
 
+// The last source's table length, the body's last 8 bytes, larger than the whole body: a
+// broken layout, not a source without samples (found by manifest_fuzz).
+TEST(ManifestFormat, RefusesATableLongerThanTheBodyUnverifiedToo) {
+  Manifest m = sample_manifest();
+  ASSERT_TRUE(m.sources.back().samples.empty());
+  std::string bytes = encode_manifest(m, /*checksum=*/false);
+  for (int i = 0; i < 8; ++i) bytes[bytes.size() - 16 + i] = static_cast<char>(0x7f);
+  expect_corrupt(decode_manifest(bytes, kName, /*verify=*/false), "a table past the body");
+  expect_corrupt(decode_manifest(bytes, kName), "a table past the body, verified");
+}
+
 TEST(ManifestFormat, RoundTripsAnEmptyManifest) {
   Manifest m;
   m.fingerprint = compute_fingerprint(m);
