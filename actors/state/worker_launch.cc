@@ -182,9 +182,9 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   const uint64_t payload =
       spec.enabled() ? job.manifest->window_payload_bytes()
                      : job.manifest->payload_bytes() / std::max<uint64_t>(1, job.index.num_items());
-  uint64_t copied = payload;    // per item, read samples copied
-  uint64_t copied_mapped = 0;   // per item, read samples in the data arena
-  uint64_t copied_largest = 0;  // the largest sample copied whole
+  uint64_t copied = payload;    // per item: what crosses without a data arena
+  uint64_t copied_fields = 0;   // per item: the small fields of samples named by file range
+  uint64_t copied_largest = 0;  // the largest sample that is read whole
   if (tar_job) {
     const uint64_t small_fields = 4096;
     const uint64_t mapped =
@@ -205,7 +205,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       items += src.samples.size();
     }
     copied = (total + fields) / std::max<uint64_t>(1, items);
-    copied_mapped = fields / std::max<uint64_t>(1, items);
+    copied_fields = fields / std::max<uint64_t>(1, items);
   }
   const uint32_t workers = job.topology.workers;
   const uint64_t building = std::min<uint64_t>(options.prefetch_batches, 2);
@@ -261,7 +261,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     // The read samples cross in the data arena, and this arena holds their descriptors.
     // A chunk that finds the data arena full is copied through this one instead: room for
     // two such packets, or two copies of the largest sample, keeps that from stalling.
-    mean = copied_mapped + 256;
+    mean = copied_fields + 256;
     least = std::max({uint64_t{1} << 20, 2 * packet_of(copied + 256), 2 * (copied_largest + 256)});
   }
   const uint64_t wanted =
