@@ -75,6 +75,8 @@ struct RankResult {
   uint32_t epoch = 0;
   uint64_t epoch_steps = 0;
   bool saved_at_stop = false;  // saved a checkpoint at the stop point (SIGTERM)
+  // When the trainer loop got its first batch (none: it got none).
+  std::optional<std::chrono::steady_clock::time_point> first_batch;
   Status status;
 };
 
@@ -163,6 +165,7 @@ void run_rank(Cluster& cluster, uint32_t rank, uint32_t slot, const RunArgs& arg
         break;
       }
       ++steps_this_run;
+      if (!out->first_batch) out->first_batch = std::chrono::steady_clock::now();
       const Batch& b = **batch;
       if (!args.device.empty()) {
         out->status = consume_on_device(b, args.check_device);
@@ -541,6 +544,13 @@ int run(RunArgs args, Env* env) {
   j["manifest_cached"] = report.from_cache;
   j["manifest_seconds"] = std::chrono::duration<double>(t_loaded - t0).count();
   j["total_seconds"] = std::chrono::duration<double>(t_end - t0).count();
+  // From the command's start to the first batch any hosted rank's trainer loop got: the
+  // manifest's load or scan, the start of the roles and the first batch's reads.
+  std::optional<clock::time_point> first;
+  for (const auto& r : results)
+    if (r.first_batch && (!first || *r.first_batch < *first)) first = r.first_batch;
+  j["first_batch_seconds"] =
+      first ? nlohmann::json(std::chrono::duration<double>(*first - t0).count()) : nlohmann::json();
   j["cpu_seconds"] = cpu_seconds() - cpu0;
   j["peak_rss_kb"] = peak_rss_kb();
   if (!args.device.empty()) j["device"] = args.device;

@@ -108,6 +108,9 @@ def case_exactly_once(tmp):
         _, s = run(src, "--ranks", ranks, "--workers", workers, "--batch-size", batch,
                    "--epochs", 2, "--shuffle", "--seed", 11, dump=dump)
         check(s["samples"] == 2 * exp["samples"], f"R{ranks}W{workers}: samples {s['samples']}")
+        check(0 < s["manifest_seconds"] <= s["first_batch_seconds"] <= s["total_seconds"],
+              f"R{ranks}W{workers}: times out of order: manifest {s['manifest_seconds']}, first "
+              f"batch {s['first_batch_seconds']}, total {s['total_seconds']}")
         check_exactly_once(read_dump(dump, ranks), exp, 2, batch, f"R={ranks} W={workers} B={batch}")
     # B = 1 with unequal rank shares: the smaller ranks end the epoch with empty batches
     # (documented in docs/sharding.md), but every rank still takes the same number of steps.
