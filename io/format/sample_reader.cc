@@ -144,7 +144,12 @@ SampleReader::SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manif
       pool_(std::move(pool)),
       max_open_(std::max<size_t>(1, options.max_open_files)),
       map_threshold_(options.map_threshold_bytes),
-      max_sample_bytes_(options.max_sample_bytes) {}
+      max_sample_bytes_(options.max_sample_bytes) {
+  const auto& sources = manifest_->sources;
+  if (!sources.empty() && std::all_of(sources.begin(), sources.end(),
+                                      [](const SourceEntry& s) { return is_remote_uri(s.uri); }))
+    max_open_ = std::max(max_open_, options.max_open_remote_files);
+}
 
 SampleReader::~SampleReader() = default;
 

@@ -54,6 +54,10 @@ struct SampleReaderOptions {
   size_t max_open_files = 64;
   size_t map_threshold_bytes = 256u << 10;  // ranges at least this long are mapped
   uint64_t max_sample_bytes = kDefaultMaxSampleBytes;
+  // Where every source is remote: a remote file holds no descriptor (its requests go on the
+  // calling thread's connections) and costs a HEAD each time it is opened, so many more
+  // stay open.
+  size_t max_open_remote_files = 1024;
 };
 
 // kInvalidArgument naming the shard and the sample's key when one sample (its tar members
@@ -75,7 +79,8 @@ class SampleReader {
   // remote one starts fetching the range in the background (read_ahead.h). Errors are left
   // for read() to report.
   void will_need(uint32_t source, uint64_t first, uint64_t last);
-  // How many source files stay open at once (SampleReaderOptions::max_open_files).
+  // How many source files stay open at once (SampleReaderOptions::max_open_files, or
+  // max_open_remote_files where every source is remote).
   size_t max_open_files() const { return max_open_; }
   uint64_t bytes_read() const { return bytes_read_; }
   // Where the ranges of tar shards that are read (not mapped) go from now on, ahead of the

@@ -144,6 +144,51 @@ TEST(SampleReader, SwitchesBetweenMoreSourcesThanOpenFiles) {
   }
 }
 
+// A file system that serves http://test/<i>.tar from one local fixture, counting opens.
+class RemoteLookalike : public FileSystemWrapper {
+ public:
+  RemoteLookalike(std::string local) : FileSystemWrapper(&local_file_system()), local_(local) {}
+  Result<std::unique_ptr<RandomAccessFile>> open(const std::string&) override {
+    ++opens;
+    return target()->open(local_);
+  }
+  int opens = 0;
+
+ private:
+  std::string local_;
+};
+
+// Where every source is remote, a reader keeps up to max_open_remote_files open: a remote
+// open costs a HEAD, and a worker that reads many small shards in turn opened each again.
+TEST(SampleReader, KeepsMoreFilesOpenWhereEverySourceIsRemote) {
+  const auto& fx = Fixtures::get();
+  const std::string path = fx.path("py_ustar.tar");
+  const auto one = manifest_of({path});
+  ASSERT_EQ(one->sources.size(), 1u);
+  constexpr uint32_t kSources = 70;  // more than max_open_files (64)
+  for (const bool remote : {true, false}) {
+    auto m = std::make_shared<Manifest>(*one);
+    m->sources.clear();
+    for (uint32_t i = 0; i < kSources; ++i) {
+      SourceEntry e = one->sources[0];
+      e.uri = (remote ? "http://test/" : "/test/") + std::to_string(i) + ".tar";
+      m->sources.push_back(e);
+    }
+    RemoteLookalike fs(path);
+    SampleReader reader(fs, m, BufferPool::create());
+    EXPECT_EQ(reader.max_open_files(), remote ? 1024u : 64u);
+    for (int round = 0; round < 2; ++round)
+      for (uint32_t s = 0; s < kSources; ++s) {
+        std::vector<Item> items;
+        Status st = reader.read(s, 0, 1, 0, &items);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        ASSERT_EQ(items.size(), 1u);
+      }
+    EXPECT_EQ(fs.opens, remote ? static_cast<int>(kSources) : static_cast<int>(2 * kSources))
+        << (remote ? "remote" : "local");
+  }
+}
+
 TEST(SampleReader, ItemsKeepTheirBytesAfterTheReaderIsGone) {
   const auto& fx = Fixtures::get();
   auto manifest = manifest_of({fx.path("py_pax.tar")});
