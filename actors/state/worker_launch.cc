@@ -5,7 +5,6 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <optional>
 #include <utility>
 
 #include "actors/state/worker_frames.h"
@@ -285,6 +284,17 @@ void WorkerLaunch::log(const std::string& line) const {
     std::fprintf(stderr, "shardyard: %s\n", line.c_str());
 }
 
+std::vector<io::ShmImageRoom> WorkerLaunch::Rooms::keep(std::vector<io::ShmImageRoom> given) {
+  std::vector<io::ShmImageRoom> freed;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& room : given) idle.push_back(std::move(room));
+  while (idle.size() > 2) {
+    freed.push_back(std::move(idle.front()));
+    idle.erase(idle.begin());
+  }
+  return freed;
+}
+
 Result<std::shared_ptr<SharedImage>> WorkerLaunch::shard_image(
     uint32_t rank, const std::shared_ptr<const io::SharedShard>& shard) {
   std::lock_guard<std::mutex> lock(images_mu_);
@@ -307,27 +317,16 @@ Result<std::shared_ptr<SharedImage>> WorkerLaunch::shard_image(
     rooms.clear();
     made = io::ShmShardImage::create(*shard, seg);
   }
-  {
-    std::lock_guard<std::mutex> idle(rooms_->mu);
-    for (auto& room : rooms) rooms_->idle.push_back(std::move(room));
-    while (rooms_->idle.size() > 2) rooms_->idle.erase(rooms_->idle.begin());
-  }
+  rooms_->keep(std::move(rooms));
   if (!made.is_ok()) return made.status();
   std::shared_ptr<Rooms> keep = rooms_;
   auto image = std::shared_ptr<SharedImage>(
       new SharedImage(std::move(made).value()), [keep](SharedImage* done) {
-        const bool reusable = keep->enabled && done->parts.load() == done->handed.load();
-        std::optional<io::ShmImageRoom> room;
-        if (reusable) room.emplace(std::move(done->image).take_room());
+        std::vector<io::ShmImageRoom> room;
+        if (keep->enabled && done->parts.load() == done->handed.load())
+          room.push_back(std::move(done->image).take_room());
         delete done;
-        if (!room) return;
-        std::vector<io::ShmImageRoom> freed;  // unmapped and closed after the lock
-        std::lock_guard<std::mutex> idle(keep->mu);
-        keep->idle.push_back(std::move(*room));
-        while (keep->idle.size() > 2) {
-          freed.push_back(std::move(keep->idle.front()));
-          keep->idle.erase(keep->idle.begin());
-        }
+        if (!room.empty()) keep->keep(std::move(room));
       });
   slot.shard = shard;
   slot.image = image;

@@ -128,6 +128,9 @@ class WorkerLaunch {
     bool enabled = false;  // no stage of the job reads field bytes
     std::mutex mu;
     std::vector<io::ShmImageRoom> idle;  // guarded by mu
+    // Keeps `given` as the newest idle rooms, 2 at most in all: the ones let go come back,
+    // for the caller to unmap and close without the lock.
+    std::vector<io::ShmImageRoom> keep(std::vector<io::ShmImageRoom> given);
   };
   const std::shared_ptr<Rooms> rooms_ = std::make_shared<Rooms>();
 };

@@ -1,7 +1,6 @@
 #include "io/transport/shm_arena.h"
 
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <new>
@@ -168,25 +167,9 @@ uint64_t ArenaPool::reused() const {
 
 Result<std::shared_ptr<ShmArena>> AttachedArenas::attach(UniqueFd fd, uint64_t capacity,
                                                          const std::string& what) {
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ShmArena::attach(std::move(fd), capacity, what);
-  {
-    MutexLock lock(&mu_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->dev != st.st_dev || it->ino != st.st_ino || it->arena->capacity() != capacity)
-        continue;
-      Entry hit = std::move(*it);
-      entries_.erase(it);
-      entries_.push_front(std::move(hit));
-      return entries_.front().arena;
-    }
-  }
-  SY_ASSIGN_OR_RETURN(auto arena, ShmArena::attach(std::move(fd), capacity, what));
-  MutexLock lock(&mu_);
-  entries_.push_front(
-      Entry{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), arena});
-  if (entries_.size() > keep_) entries_.pop_back();
-  return arena;
+  return recent_.get(
+      std::move(fd), [capacity](const ShmArena& a, uint64_t) { return a.capacity() == capacity; },
+      [&](UniqueFd f) { return ShmArena::attach(std::move(f), capacity, what); });
 }
 
 std::shared_ptr<ArenaChunks> ArenaChunks::create(std::shared_ptr<ShmArena> arena) {

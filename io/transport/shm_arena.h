@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "io/transport/recent_segments.h"
 #include "io/transport/shm_segment.h"
 #include "runtime/buffer.h"
 #include "runtime/mutex.h"
@@ -163,27 +164,20 @@ class ArenaPool {
   uint64_t reused_ SY_GUARDED_BY(mu_) = 0;
 };
 
-// The producer's side of ArenaPool: the arenas a worker process attached last, by their
-// file's identity (device and inode). A loader that reuses an arena sends the same segment
-// for the next channel, and mapping every page of it for writing again would cost what the
-// pool saves. An entry keeps its segment open, so no other file can take its identity
-// meanwhile; it also keeps the memory until `keep` other arenas were used after it.
+// The producer's side of ArenaPool: the arenas a worker process attached last
+// (RecentSegments, keyed by the segment's file). A loader that reuses an arena sends the
+// same segment for the next channel, and mapping every page of it for writing again would
+// cost what the pool saves.
 //
 // Thread-safe.
 class AttachedArenas {
  public:
-  explicit AttachedArenas(size_t keep = 2) : keep_(keep) {}
+  explicit AttachedArenas(size_t keep = 2) : recent_(keep) {}
   // ShmArena::attach(), or the arena attached before from the same segment.
   Result<std::shared_ptr<ShmArena>> attach(UniqueFd fd, uint64_t capacity, const std::string& what);
 
  private:
-  struct Entry {
-    uint64_t dev, ino;
-    std::shared_ptr<ShmArena> arena;
-  };
-  const size_t keep_;
-  Mutex mu_;
-  std::deque<Entry> entries_ SY_GUARDED_BY(mu_);  // the one used last first
+  RecentSegments<ShmArena> recent_;
 };
 
 // The producer's side of a data arena: memory a worker process reads chunks of its shards

@@ -1,7 +1,5 @@
 #include "io/transport/shm_shard.h"
 
-#include <sys/stat.h>
-
 #include <cstring>
 #include <optional>
 
@@ -161,28 +159,22 @@ Result<std::shared_ptr<const SharedShard>> ShmShardView::materialize() const {
 
 Result<std::shared_ptr<const ShmShardView>> MappedImages::open(UniqueFd fd,
                                                                const std::string& what) {
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ShmShardView::open(std::move(fd), what);
-  const auto dev = static_cast<uint64_t>(st.st_dev), ino = static_cast<uint64_t>(st.st_ino);
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->dev != dev || it->ino != ino) continue;
-    if (it->segment.size() != static_cast<uint64_t>(st.st_size)) {
-      entries_.erase(it);  // not the file it was: map it anew
-      break;
-    }
-    Entry hit = std::move(*it);
-    entries_.erase(it);
-    entries_.push_front(std::move(hit));
-    ++reused_;
-    return ShmShardView::open(entries_.front().map, what);
-  }
-  SY_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::adopt(std::move(fd), what));
-  SY_ASSIGN_OR_RETURN(auto map, segment.map(ShmSegment::Access::kReadOnly));
-  auto view = ShmShardView::open(map, what);
-  if (!view.is_ok()) return view;
-  entries_.push_front(Entry{dev, ino, std::move(segment), std::move(map)});
-  if (entries_.size() > keep_) entries_.pop_back();
-  return view;
+  // A new image is kept only once it opens; the view opened to check it is the answer.
+  std::shared_ptr<const ShmShardView> fresh;
+  SY_ASSIGN_OR_RETURN(
+      auto mapping,
+      recent_.get(
+          std::move(fd),
+          // The same segment no longer the same size is not the file it was: mapped anew.
+          [](const Mapping& m, uint64_t size) { return m.segment.size() == size; },
+          [&](UniqueFd f) -> Result<std::shared_ptr<Mapping>> {
+            SY_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::adopt(std::move(f), what));
+            SY_ASSIGN_OR_RETURN(auto map, segment.map(ShmSegment::Access::kReadOnly));
+            SY_ASSIGN_OR_RETURN(fresh, ShmShardView::open(map, what));
+            return std::make_shared<Mapping>(Mapping{std::move(segment), std::move(map)});
+          }));
+  if (fresh) return fresh;
+  return ShmShardView::open(mapping->map, what);
 }
 
 }  // namespace shardyard::io

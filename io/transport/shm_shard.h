@@ -18,12 +18,12 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "io/transport/data_plane.h"
+#include "io/transport/recent_segments.h"
 #include "io/transport/shm_segment.h"
 
 namespace shardyard::io {
@@ -101,20 +101,17 @@ class ShmShardView : public ShardItems, public std::enable_shared_from_this<ShmS
 // Thread-compatible.
 class MappedImages {
  public:
-  explicit MappedImages(size_t keep) : keep_(keep) {}
+  explicit MappedImages(size_t keep) : recent_(keep) {}
   // ShmShardView::open(), over the mapping of the same segment when it is kept here.
   Result<std::shared_ptr<const ShmShardView>> open(UniqueFd fd, const std::string& what);
-  uint64_t reused() const { return reused_; }
+  uint64_t reused() const { return recent_.reused(); }
 
  private:
-  struct Entry {
-    uint64_t dev, ino;
+  struct Mapping {
     ShmSegment segment;
-    std::shared_ptr<ShmMapping> map;
+    std::shared_ptr<ShmMapping> map;  // read-only
   };
-  const size_t keep_;
-  std::deque<Entry> entries_;  // the one used last first
-  uint64_t reused_ = 0;
+  RecentSegments<Mapping> recent_;
 };
 
 }  // namespace shardyard::io
