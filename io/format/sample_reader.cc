@@ -62,25 +62,36 @@ Status changed_error(const std::string& uri, const std::string& what) {
                  "--no-cache) or restore the shard");
 }
 
-// After a short read of a file source: "changed" when the file's size is not the
-// manifest's any more (it is not "truncated": it is another file now), else OK.
-Status size_changed(FileSystem& fs, const std::string& uri, uint64_t manifest_bytes) {
+// After a failed read of a file source: "changed" when the file's size or version is not
+// the manifest's any more (it is not "truncated": it is another file now), else OK. A
+// remote file opened with the manifest's size and version (FileSystem::open_known) learns
+// of a change at its first read, not at its open.
+Status source_changed(FileSystem& fs, const std::string& uri, uint64_t manifest_bytes,
+                      int64_t manifest_version) {
   auto info = fs.stat(uri);
-  if (info.is_ok() && info->size != manifest_bytes)
+  if (!info.is_ok()) return Status::ok();
+  if (info->size != manifest_bytes)
     return changed_error(uri, "it is now " + std::to_string(info->size) +
                                   " bytes, the manifest has " + std::to_string(manifest_bytes));
+  if (manifest_version != 0 && info->mtime_ns != 0 && info->mtime_ns != manifest_version)
+    return changed_error(uri, "its modification time (or version) is not the manifest's");
   return Status::ok();
 }
 
 class SourceFileReader final : public FileReader {
  public:
   SourceFileReader(FileSystem& fs, std::shared_ptr<RandomAccessFile> file, const SourceEntry& src)
-      : fs_(fs), file_(std::move(file)), uri_(src.uri), size_bytes_(src.size_bytes) {}
+      : fs_(fs),
+        file_(std::move(file)),
+        uri_(src.uri),
+        size_bytes_(src.size_bytes),
+        version_(src.mtime_ns) {}
   // Positioned reads (a local file's pread) are safe from several threads at once.
   Status read(uint64_t offset, uint8_t* dst, size_t n) const override {
     Status st = read_exact(*file_, offset, dst, n);
     if (st.is_ok()) return st;
-    if (Status changed = size_changed(fs_, uri_, size_bytes_); !changed.is_ok()) return changed;
+    if (Status changed = source_changed(fs_, uri_, size_bytes_, version_); !changed.is_ok())
+      return changed;
     return st;
   }
 
@@ -89,6 +100,7 @@ class SourceFileReader final : public FileReader {
   const std::shared_ptr<RandomAccessFile> file_;
   const std::string uri_;
   const uint64_t size_bytes_;
+  const int64_t version_;
 };
 
 // What one sample occupies when read: its members with their headers, or its files.
@@ -161,7 +173,13 @@ Result<std::shared_ptr<RandomAccessFile>> SampleReader::file(uint32_t source) {
     return it->second;
   }
   const auto& src = manifest_->sources[source];
-  SY_ASSIGN_OR_RETURN(auto f, fs_.open(src.uri));
+  // The manifest's size and version go with the open: a remote file system then checks
+  // them on its reads instead of asking for them (a HEAD per file, one round trip each).
+  FileInfo known;
+  known.uri = src.uri;
+  known.size = src.size_bytes;
+  known.mtime_ns = src.mtime_ns;
+  SY_ASSIGN_OR_RETURN(auto f, fs_.open_known(known));
   if (std::string diff = difference(src, *f); !diff.empty()) return changed_error(src.uri, diff);
   std::shared_ptr<RandomAccessFile> shared(std::move(f));
   if (open_.size() >= max_open_) {
@@ -200,7 +218,8 @@ Status SampleReader::changed(uint32_t source, const Status& st) {
   if (Status fault = mapping_fault(); !fault.is_ok()) return fault;
   const auto& src = manifest_->sources[source];
   if (src.kind != SourceKind::kDirectory)
-    if (Status changed = size_changed(fs_, src.uri, src.size_bytes); !changed.is_ok())
+    if (Status changed = source_changed(fs_, src.uri, src.size_bytes, src.mtime_ns);
+        !changed.is_ok())
       return changed;
   if (st.code() != StatusCode::kCorrupt) return st;
   return Status(st.code(), st.message() + " (changed since its manifest was built?)");

@@ -80,6 +80,15 @@ class FileSystem {
   // which would block a reader forever; open() refuses it too.
   virtual Result<FileInfo> stat(const std::string& uri) = 0;
   virtual Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) = 0;
+  // Opens a file whose size and version (`known.size`, `known.mtime_ns`: a manifest's) the
+  // caller knows already, which spares a remote file system its look-up: the HTTP and S3
+  // ones send no HEAD, and every answer's size and ETag/Last-Modified are checked against
+  // `known` instead, so an object that changed fails its first read (kCorrupt), as it
+  // failed the open before. The file's size() and version() are then `known`'s. The default
+  // is open(known.uri), which FileSystemWrapper keeps: what a wrapper's open() does applies.
+  virtual Result<std::unique_ptr<RandomAccessFile>> open_known(const FileInfo& known) {
+    return open(known.uri);
+  }
   // Regular files below a directory, recursively, as sorted paths relative to it.
   virtual Result<std::vector<std::string>> list(const std::string& dir_uri) = 0;
 

@@ -446,11 +446,13 @@ struct RangeTarget {
 
 // Bytes [offset, offset + n) of an object of `expected_size` bytes (-1: unknown), resumed
 // where a body broke, until `deadline`. Returns how many arrived (fewer only at the end of
-// the object, or when the server ignored Range and the target asked to know).
+// the object, or when the server ignored Range and the target asked to know). With
+// `version`: the version stamp of the answers' ETag and Last-Modified (0 where they sent
+// none); answers of one call that name two versions are an error, never bytes of both.
 Result<uint64_t> ranged_get(const HttpOptions& o, const std::string& url,
                             const RequestSigner* signer, uint64_t offset, uint64_t n,
                             int64_t expected_size, const RangeTarget& target,
-                            const Deadline& deadline) {
+                            const Deadline& deadline, int64_t* version = nullptr) {
   if (expected_size >= 0) {
     if (offset >= static_cast<uint64_t>(expected_size)) return uint64_t{0};
     n = std::min<uint64_t>(n, static_cast<uint64_t>(expected_size) - offset);
@@ -489,6 +491,14 @@ Result<uint64_t> ranged_get(const HttpOptions& o, const std::string& url,
         return corrupt(what(call) + ": the object is now " + std::to_string(total) +
                        " bytes, was " + std::to_string(expected_size) +
                        " when opened (it changed; rebuild the manifest)");
+      if (version != nullptr) {
+        const int64_t v = remote_version_stamp(t.fields.last_modified_ns, t.fields.etag);
+        if (v != 0 && *version != 0 && v != *version)
+          return corrupt(what(call) +
+                         ": the object changed while it was read (its ETag or Last-Modified "
+                         "differs between two answers)");
+        if (v != 0) *version = v;
+      }
       if (done == n || t.full) continue;
       // A clean end before the bytes asked for: the end of the object, unless its size
       // says more must come (a proxy that closed early): then resume.
@@ -531,11 +541,11 @@ Result<ObjectInfo> HttpClient::head(const std::string& url, const RequestSigner*
 
 Result<size_t> HttpClient::get_range(const std::string& url, const RequestSigner* signer,
                                      uint64_t offset, void* dst, size_t n, int64_t expected_size,
-                                     bool* range_ignored) const {
+                                     bool* range_ignored, int64_t* version) const {
   if (n == 0) return size_t{0};
   RangeTarget target{static_cast<char*>(dst), nullptr, nullptr, range_ignored};
   SY_ASSIGN_OR_RETURN(uint64_t got, ranged_get(options_, url, signer, offset, n, expected_size,
-                                               target, Deadline(options_.deadline_s)));
+                                               target, Deadline(options_.deadline_s), version));
   return static_cast<size_t>(got);
 }
 

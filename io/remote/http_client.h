@@ -81,9 +81,12 @@ class HttpClient {
   // With `range_ignored`: a server that answers a range that is not the whole object with
   // the whole object (200) gets its transfer dropped at once, *range_ignored is set and
   // the bytes read so far are returned; without, the leading bytes are skipped.
+  // With `version`: set to the version stamp (remote_version_stamp) of the answer's ETag
+  // and Last-Modified, or left as it is where the server sent neither; answers that name
+  // two versions (a read resumed across a change of the object) are kCorrupt.
   Result<size_t> get_range(const std::string& url, const RequestSigner* signer, uint64_t offset,
                            void* dst, size_t n, int64_t expected_size,
-                           bool* range_ignored = nullptr) const;
+                           bool* range_ignored = nullptr, int64_t* version = nullptr) const;
   // Streams bytes [offset, offset + n) of an object of `expected_size` bytes to `sink`,
   // in order, each byte once: a broken transfer resumes where it broke (from a server that
   // ignores Range, by skipping what was passed on already). No deadline: the speed floor

@@ -1,6 +1,7 @@
 #include "io/remote/remote_file_system.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "io/remote/s3_listing.h"
@@ -116,19 +117,23 @@ std::string server_of(const std::string& url) {
   return u->scheme + "://" + u->host + ":" + std::to_string(u->port);
 }
 
-// A remote object as it was when opened: every read asks for that size. Reads are ranged
-// GETs until the server ignores Range; from then on they come from the object's spool.
+// A remote object of a known size and version: its HEAD's at open, or a manifest's
+// (open_known). Every read asks for that size, and every answer's ETag and Last-Modified
+// must name that version. Reads are ranged GETs until the server ignores Range; from then
+// on they come from the object's spool.
 class RemoteFile : public RandomAccessFile {
  public:
   RemoteFile(std::shared_ptr<const HttpClient> client, std::shared_ptr<const Endpoint> endpoint,
-             std::shared_ptr<SpoolCache> spools, std::string uri, std::string url, ObjectInfo info)
+             std::shared_ptr<SpoolCache> spools, std::string uri, std::string url, uint64_t size,
+             int64_t version)
       : client_(std::move(client)),
         endpoint_(std::move(endpoint)),
         spools_(std::move(spools)),
         uri_(redact_url(uri)),  // for messages only: reads use url_
         url_(std::move(url)),
         server_(server_of(url_)),
-        info_(std::move(info)) {}
+        size_(size),
+        version_(version) {}
   Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
     std::shared_ptr<ObjectSpool> spool;
     {
@@ -142,8 +147,13 @@ class RemoteFile : public RandomAccessFile {
       return spool->read_at(offset, dst, n);
     }
     bool range_ignored = false;
+    int64_t answered = 0;
     auto r = client_->get_range(url_, endpoint_->signer(), offset, dst, n,
-                                static_cast<int64_t>(info_.size), &range_ignored);
+                                static_cast<int64_t>(size_), &range_ignored, &answered);
+    if (r.is_ok()) {
+      Status same = check_version(answered);
+      if (!same.is_ok()) r = same;
+    }
     if (!r.is_ok()) {
       // Retries and the deadline are spent: the next read of this object would only spend
       // them again (a scan that probes a file and then reads it would wait twice).
@@ -161,16 +171,37 @@ class RemoteFile : public RandomAccessFile {
                         spool->read_at(offset + got, static_cast<char*>(dst) + got, n - got));
     return got + rest;
   }
-  uint64_t size() const override { return info_.size; }
+  uint64_t size() const override { return size_; }
   const std::string& uri() const override { return uri_; }
-  int64_t version() const override {
-    return remote_version_stamp(info_.last_modified_ns, info_.etag);
-  }
+  int64_t version() const override { return version_; }
 
  private:
+  // An answer whose ETag and Last-Modified name another version than this file's: the
+  // object changed, unless this server's GETs carry other validators than its HEADs (a
+  // proxy or a CDN may). A HEAD settles it: when it still names this file's size and
+  // version, the GETs' validators are not compared again for this file (the size in each
+  // answer still is); otherwise the read fails (kCorrupt).
+  Status check_version(int64_t answered) {
+    if (answered == 0 || version_ == 0 || answered == version_ ||
+        !compare_answers_.load(std::memory_order_relaxed))
+      return Status::ok();
+    std::lock_guard<std::mutex> lock(check_mu_);
+    if (!compare_answers_.load(std::memory_order_relaxed)) return Status::ok();
+    SY_ASSIGN_OR_RETURN(auto now, client_->head(url_, endpoint_->signer()));
+    const int64_t stamp = remote_version_stamp(now.last_modified_ns, now.etag);
+    if (now.size != size_ || stamp != version_)
+      return corrupt(uri_ + ": the object changed (" +
+                     (now.size != size_ ? "it is now " + std::to_string(now.size) + " bytes, was " +
+                                              std::to_string(size_)
+                                        : std::string("its ETag or Last-Modified differs")) +
+                     "); rebuild the manifest");
+    compare_answers_.store(false, std::memory_order_relaxed);
+    return Status::ok();
+  }
+
   // The server ignores Range: the whole object, once, for every file open on it.
   std::string spool_key() const {
-    return url_ + "\n" + std::to_string(info_.size) + "\n" + std::to_string(version());
+    return url_ + "\n" + std::to_string(size_) + "\n" + std::to_string(version_);
   }
 
   Result<std::shared_ptr<ObjectSpool>> spool_of_object() {
@@ -178,7 +209,7 @@ class RemoteFile : public RandomAccessFile {
     auto client = client_;
     auto endpoint = endpoint_;
     const std::string url = url_;
-    const uint64_t size = info_.size;
+    const uint64_t size = size_;
     const std::string uri = uri_;
     SY_ASSIGN_OR_RETURN(auto spool, spools_->get(key, [&](const std::string& dir) {
       auto download = [client, endpoint, url, size](const std::atomic<bool>& stop,
@@ -198,7 +229,10 @@ class RemoteFile : public RandomAccessFile {
   std::shared_ptr<SpoolCache> spools_;
   std::string uri_, url_;
   std::string server_;  // scheme://host:port of url_
-  ObjectInfo info_;
+  const uint64_t size_;
+  const int64_t version_;  // remote_version_stamp; 0: unknown, answers are not compared
+  std::atomic<bool> compare_answers_{true};  // cleared once a HEAD vouched for other validators
+  std::mutex check_mu_;                      // one HEAD at a time settles a different answer
   std::mutex mu_;
   std::shared_ptr<ObjectSpool> spool_;  // guarded by mu_: set once Range is found ignored
   Status gave_up_;                      // guarded by mu_: a read that ran out of time or tries
@@ -225,7 +259,17 @@ class RemoteFileSystem : public FileSystem {
   Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
     SY_ASSIGN_OR_RETURN(auto url, endpoint_->object_url(uri));
     SY_ASSIGN_OR_RETURN(auto info, client_->head(url, endpoint_->signer()));
-    auto raw = std::make_shared<RemoteFile>(client_, endpoint_, spools_, uri, url, std::move(info));
+    auto raw = std::make_shared<RemoteFile>(client_, endpoint_, spools_, uri, url, info.size,
+                                            remote_version_stamp(info.last_modified_ns, info.etag));
+    return read_ahead_file(std::move(raw), read_ahead_);
+  }
+
+  // No HEAD: the size and version are the caller's, and the GETs' answers are checked
+  // against them (RemoteFile::check_version).
+  Result<std::unique_ptr<RandomAccessFile>> open_known(const FileInfo& known) override {
+    SY_ASSIGN_OR_RETURN(auto url, endpoint_->object_url(known.uri));
+    auto raw = std::make_shared<RemoteFile>(client_, endpoint_, spools_, known.uri, url, known.size,
+                                            known.mtime_ns);
     return read_ahead_file(std::move(raw), read_ahead_);
   }
 
@@ -250,6 +294,10 @@ class RoutingFileSystem : public FileSystem {
   Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
     SY_ASSIGN_OR_RETURN(auto* fs, pick(uri));
     return fs->open(uri);
+  }
+  Result<std::unique_ptr<RandomAccessFile>> open_known(const FileInfo& known) override {
+    SY_ASSIGN_OR_RETURN(auto* fs, pick(known.uri));
+    return fs->open_known(known);
   }
   Result<std::vector<std::string>> list(const std::string& dir_uri) override {
     SY_ASSIGN_OR_RETURN(auto* fs, pick(dir_uri));

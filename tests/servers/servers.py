@@ -29,6 +29,8 @@ no COUNT = all of them):
   redirectxN    GET and HEAD: answer 302 to the same object on nginx
   chunkedxN     GET: send the body with Transfer-Encoding: chunked (no Content-Length)
   badrangexN    GET: answer 206 with a Content-Range that starts one byte later
+  otheretagxN   GET: answer with another ETag than the object's (a HEAD gets the real one)
+  pass[:N]      relay unchanged (a path of its own in /_stats; N tells such paths apart)
 Every request through the proxy is counted in /_stats (JSON: path -> [method, range]...);
 FaultProxy.sent_bytes() says how many body bytes went out per path.
 """
@@ -235,7 +237,7 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             kind, _, count = item.partition("x")
             kind, _, arg = kind.partition(":")
             if kind in ("drop", "stall", "hang", "slow", "norange", "chunked",
-                        "badrange") and self.command != "GET":
+                        "badrange", "otheretag") and self.command != "GET":
                 continue
             with srv.lock:
                 key = (path, item)
@@ -292,6 +294,8 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
                 if kind == "badrange" and k.lower() == "content-range":
                     first, rest = v.split(" ", 1)[1].split("-", 1)
                     v = f"bytes {int(first) + 1}-{rest}"
+                if kind == "otheretag" and k.lower() == "etag":
+                    v = '"other-' + v.strip('"W/') + '"'
                 self.send_header(k, v)
         self.end_headers()
         if head:

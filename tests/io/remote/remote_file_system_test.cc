@@ -11,7 +11,10 @@
 #include <string>
 #include <thread>
 
+#include "io/format/manifest_scan.h"
+#include "io/format/sample_reader.h"
 #include "io/remote/http_client.h"
+#include "tar_fixtures.h"
 
 namespace shardyard::io {
 namespace {
@@ -250,6 +253,143 @@ TEST(HttpFileSystem, AnObjectWhoseServerIgnoresRangeIsReadOnce) {
   EXPECT_EQ(gets, 2) << "the first ranged GET, dropped at its 200, then one whole download";
 }
 
+int count_of(const std::vector<std::string>& log, const std::string& method) {
+  int n = 0;
+  for (const auto& l : log) n += l.rfind(method + " ", 0) == 0;
+  return n;
+}
+
+// open_known: the caller's size and version instead of a HEAD. Every answer is checked
+// against them, so another version fails the first read (after one HEAD that confirms it)
+// and another size fails it at once (the answer's Content-Range says the size).
+// The blob's size and version (a HEAD straight to nginx), named by its URL through the
+// fault proxy at `path` ("/_f/SPEC/remote/blob.bin").
+FileInfo blob_through_proxy(FileSystem& fs, const std::string& path) {
+  auto info = fs.stat(env("SY_TEST_HTTP_URL") + "/remote/blob.bin");
+  EXPECT_TRUE(info.is_ok()) << info.status().to_string();
+  FileInfo known = info.is_ok() ? *info : FileInfo{};
+  EXPECT_NE(known.mtime_ns, 0);
+  known.uri = env("SY_TEST_PROXY_URL") + path;
+  return known;
+}
+
+TEST(HttpFileSystem, OpenKnownSendsNoHeadAndChecksEveryAnswer) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  const std::string path = "/_f/pass:1/remote/blob.bin";
+  FileInfo known = blob_through_proxy(*fs, path);
+  const int64_t version = known.mtime_ns;
+  auto f = fs->open_known(known);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ((*f)->size(), kBlobSize);
+  EXPECT_EQ((*f)->version(), version);
+  expect_blob(**f, 0, 70000);
+  expect_blob(**f, 2000000, 300000);
+  auto log = proxy_log(path);
+  EXPECT_EQ(count_of(log, "HEAD"), 0);
+  EXPECT_GE(count_of(log, "GET"), 2);
+
+  std::string buf(4096, '\0');
+  const std::string other = "/_f/pass:2/remote/blob.bin";
+  known.uri = env("SY_TEST_PROXY_URL") + other;
+  known.mtime_ns = version + 1;
+  auto g = fs->open_known(known);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  auto r = (*g)->read_at(0, buf.data(), buf.size());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("changed"), std::string::npos) << r.status().message();
+  EXPECT_EQ(count_of(proxy_log(other), "HEAD"), 1);
+
+  const std::string larger = "/_f/pass:3/remote/blob.bin";
+  known.uri = env("SY_TEST_PROXY_URL") + larger;
+  known.size = kBlobSize + 1;
+  known.mtime_ns = version;
+  auto h = fs->open_known(known);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  r = (*h)->read_at(0, buf.data(), buf.size());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("is now " + std::to_string(kBlobSize) + " bytes"),
+            std::string::npos)
+      << r.status().message();
+
+  // A missing object: the first read says so, as open() would have.
+  FileInfo none;
+  none.uri = env("SY_TEST_HTTP_URL") + "/remote/none.bin";
+  none.size = 100;
+  auto n = fs->open_known(none);
+  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  r = (*n)->read_at(0, buf.data(), 10);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().to_string();
+}
+
+// A reader opens a remote shard with its manifest's size and version, so a run sends no
+// HEAD per shard; a shard rewritten since its manifest was built (the same size, another
+// modification time, so another ETag) still fails at its first read, named as changed.
+TEST(HttpFileSystem, AReaderSendsNoHeadAndRefusesAShardChangedSinceItsManifest) {
+  REQUIRE_SERVERS();
+  namespace fsys = std::filesystem;
+  using test::tar_end;
+  using test::tar_member;
+  using test::write_file;
+  const std::string dir = env("SY_TEST_ROOT") + "/changed";
+  fsys::create_directories(dir);
+  auto shard = [](char fill) {
+    return tar_member("s0.bin", std::string(3000, fill)) + tar_member("s1.bin", "one") + tar_end();
+  };
+  write_file(dir + "/shard.tar", shard('a'));
+  auto fs = http_file_system(fast_options());
+  const std::string path = "/_f/pass:4/changed/shard.tar";
+  auto built = build_manifest(*fs, {env("SY_TEST_PROXY_URL") + path}, ScanOptions{}, nullptr);
+  ASSERT_TRUE(built.is_ok()) << built.status().to_string();
+  auto manifest = std::make_shared<const Manifest>(*built);
+  ASSERT_EQ(manifest->source_items(0), 2u);
+  const int heads = count_of(proxy_log(path), "HEAD");
+
+  SampleReader reader(*fs, manifest, BufferPool::create(), SampleReaderOptions{});
+  std::vector<Item> items;
+  Status st = reader.read(0, 0, 2, 0, &items);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].field("bin")->view(), std::string(3000, 'a'));
+  EXPECT_EQ(count_of(proxy_log(path), "HEAD"), heads) << "the reader sent a HEAD";
+
+  write_file(dir + "/shard.tar", shard('b'));
+  fsys::last_write_time(dir + "/shard.tar",
+                        fsys::last_write_time(dir + "/shard.tar") + std::chrono::seconds(10));
+  SampleReader later(*fs, manifest, BufferPool::create(), SampleReaderOptions{});
+  items.clear();
+  st = later.read(0, 0, 2, 0, &items);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("changed since its manifest was built"), std::string::npos)
+      << st.message();
+  for (const auto& item : items) {
+    const Field* f = item.field("bin");
+    if (f != nullptr) {
+      EXPECT_NE(f->view(), std::string(3000, 'b')) << "bytes of the new file";
+    }
+  }
+}
+
+// A server whose GETs carry another ETag than its HEADs (a proxy in between may): one HEAD
+// vouches for the object, and its reads go on without another.
+TEST(HttpFileSystem, OneHeadVouchesForAServerWhoseGetsCarryOtherValidators) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  const std::string path = "/_f/otheretag/remote/blob.bin";
+  auto f = fs->open_known(blob_through_proxy(*fs, path));
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  expect_blob(**f, 0, 70000);
+  expect_blob(**f, 2000000, 300000);
+  expect_blob(**f, 100, 3 << 20);
+  auto log = proxy_log(path);
+  EXPECT_EQ(count_of(log, "HEAD"), 1);
+  EXPECT_GE(count_of(log, "GET"), 3);
+}
+
 // Ranged GETs and HEADs of http:// URLs are made without libcurl (http_direct.h); an
 // answer such a request cannot take is asked for again through libcurl: a redirect (which
 // it follows; the fault proxy redirects the open's HEAD too), a chunked body. A 206 for
@@ -350,6 +490,29 @@ TEST(S3FileSystem, StatOpenAndReadSignedRequests) {
   ASSERT_FALSE(missing.is_ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(missing.status().message().find("S3RVER"), std::string::npos);
+}
+
+// The same for S3: the object read with the listing's size and version, no HEAD needed;
+// another version fails the first read.
+TEST(S3FileSystem, OpenKnownReadsAndRefusesAnotherVersion) {
+  REQUIRE_SERVERS();
+  auto fs = s3_file_system(s3_config(), fast_options());
+  const std::string uri = "s3://" + env("SY_TEST_S3_BUCKET") + "/remote/blob.bin";
+  auto info = fs->stat(uri);
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  FileInfo known = *info;
+  auto f = fs->open_known(known);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ((*f)->version(), info->mtime_ns);
+  expect_blob(**f, 0, 70000);
+  expect_blob(**f, 3000000, 200000);
+  known.mtime_ns += 1;
+  auto g = fs->open_known(known);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  std::string buf(4096, '\0');
+  auto r = (*g)->read_at(0, buf.data(), buf.size());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().to_string();
 }
 
 TEST(S3FileSystem, ListsAPrefixAcrossPages) {
