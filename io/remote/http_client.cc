@@ -476,6 +476,14 @@ Result<uint64_t> ranged_get(const HttpOptions& o, const std::string& url,
     t.refuse_whole = target.range_ignored != nullptr && !whole;
     CURLcode res = perform(o, call, &t, deadline);
     done += t.got;
+    if (version != nullptr && t.status >= 200 && t.status < 300) {
+      const int64_t v = remote_version_stamp(t.fields.last_modified_ns, t.fields.etag);
+      if (v != 0 && *version != 0 && v != *version)
+        return corrupt(what(call) +
+                       ": the object changed while it was read (its ETag or Last-Modified "
+                       "differs between two answers)");
+      if (v != 0) *version = v;
+    }
     if (t.range_ignored) {
       *target.range_ignored = true;
       return done;
@@ -491,14 +499,6 @@ Result<uint64_t> ranged_get(const HttpOptions& o, const std::string& url,
         return corrupt(what(call) + ": the object is now " + std::to_string(total) +
                        " bytes, was " + std::to_string(expected_size) +
                        " when opened (it changed; rebuild the manifest)");
-      if (version != nullptr) {
-        const int64_t v = remote_version_stamp(t.fields.last_modified_ns, t.fields.etag);
-        if (v != 0 && *version != 0 && v != *version)
-          return corrupt(what(call) +
-                         ": the object changed while it was read (its ETag or Last-Modified "
-                         "differs between two answers)");
-        if (v != 0) *version = v;
-      }
       if (done == n || t.full) continue;
       // A clean end before the bytes asked for: the end of the object, unless its size
       // says more must come (a proxy that closed early): then resume.

@@ -118,14 +118,15 @@ std::string server_of(const std::string& url) {
 }
 
 // A remote object of a known size and version: its HEAD's at open, or a manifest's
-// (open_known). Every read asks for that size, and every answer's ETag and Last-Modified
-// must name that version. Reads are ranged GETs until the server ignores Range; from then
-// on they come from the object's spool.
+// (open_known: `confirmed` false). Every read asks for that size, and every answer's ETag
+// and Last-Modified must name that version. Reads are ranged GETs until the server ignores
+// Range; from then on they come from the object's spool, which a HEAD vouches for first
+// where no answer has.
 class RemoteFile : public RandomAccessFile {
  public:
   RemoteFile(std::shared_ptr<const HttpClient> client, std::shared_ptr<const Endpoint> endpoint,
              std::shared_ptr<SpoolCache> spools, std::string uri, std::string url, uint64_t size,
-             int64_t version)
+             int64_t version, bool confirmed)
       : client_(std::move(client)),
         endpoint_(std::move(endpoint)),
         spools_(std::move(spools)),
@@ -133,7 +134,8 @@ class RemoteFile : public RandomAccessFile {
         url_(std::move(url)),
         server_(server_of(url_)),
         size_(size),
-        version_(version) {}
+        version_(version),
+        confirmed_(confirmed) {}
   Result<size_t> read_at(uint64_t offset, void* dst, size_t n) override {
     std::shared_ptr<ObjectSpool> spool;
     {
@@ -143,6 +145,7 @@ class RemoteFile : public RandomAccessFile {
     }
     if (spool) return spool->read_at(offset, dst, n);
     if (spools_->server_ignores_range(server_) || spools_->find(spool_key())) {
+      SY_RETURN_IF_ERROR(settle(false));
       SY_ASSIGN_OR_RETURN(spool, spool_of_object());
       return spool->read_at(offset, dst, n);
     }
@@ -151,7 +154,8 @@ class RemoteFile : public RandomAccessFile {
     auto r = client_->get_range(url_, endpoint_->signer(), offset, dst, n,
                                 static_cast<int64_t>(size_), &range_ignored, &answered);
     if (r.is_ok()) {
-      Status same = check_version(answered);
+      Status same = check_answer(answered);
+      if (same.is_ok() && range_ignored) same = settle(false);
       if (!same.is_ok()) r = same;
     }
     if (!r.is_ok()) {
@@ -176,26 +180,42 @@ class RemoteFile : public RandomAccessFile {
   int64_t version() const override { return version_; }
 
  private:
-  // An answer whose ETag and Last-Modified name another version than this file's: the
-  // object changed, unless this server's GETs carry other validators than its HEADs (a
-  // proxy or a CDN may). A HEAD settles it: when it still names this file's size and
-  // version, the GETs' validators are not compared again for this file (the size in each
-  // answer still is); otherwise the read fails (kCorrupt).
-  Status check_version(int64_t answered) {
-    if (answered == 0 || version_ == 0 || answered == version_ ||
-        !compare_answers_.load(std::memory_order_relaxed))
+  // The version an answer's ETag and Last-Modified name (0: it sent neither) against this
+  // file's. Another one (or none, where this file has one) means the object changed, or
+  // that this server's GETs carry other validators than its HEADs (a proxy or a CDN may):
+  // a HEAD settles which.
+  Status check_answer(int64_t answered) {
+    if (version_ == 0) return Status::ok();  // nothing to compare: sizes only
+    if (answered == version_) {
+      confirmed_.store(true, std::memory_order_relaxed);
       return Status::ok();
-    std::lock_guard<std::mutex> lock(check_mu_);
+    }
     if (!compare_answers_.load(std::memory_order_relaxed)) return Status::ok();
+    return settle(true);
+  }
+
+  // A HEAD: when it names another size or version than this file's, the object changed
+  // (kCorrupt). When it names this file's, the file is confirmed, and after an answer that
+  // named another version (`answers_differ`) this server's GETs are not compared again for
+  // this file (the size each answer gives still is).
+  Status settle(bool answers_differ) {
+    auto settled = [&] {
+      return answers_differ ? !compare_answers_.load(std::memory_order_relaxed)
+                            : confirmed_.load(std::memory_order_relaxed);
+    };
+    if (settled()) return Status::ok();
+    std::lock_guard<std::mutex> lock(check_mu_);
+    if (settled()) return Status::ok();
     SY_ASSIGN_OR_RETURN(auto now, client_->head(url_, endpoint_->signer()));
     const int64_t stamp = remote_version_stamp(now.last_modified_ns, now.etag);
-    if (now.size != size_ || stamp != version_)
+    if (now.size != size_ || (version_ != 0 && stamp != version_))
       return corrupt(uri_ + ": the object changed (" +
                      (now.size != size_ ? "it is now " + std::to_string(now.size) + " bytes, was " +
                                               std::to_string(size_)
                                         : std::string("its ETag or Last-Modified differs")) +
                      "); rebuild the manifest");
-    compare_answers_.store(false, std::memory_order_relaxed);
+    confirmed_.store(true, std::memory_order_relaxed);
+    if (answers_differ) compare_answers_.store(false, std::memory_order_relaxed);
     return Status::ok();
   }
 
@@ -230,9 +250,10 @@ class RemoteFile : public RandomAccessFile {
   std::string uri_, url_;
   std::string server_;  // scheme://host:port of url_
   const uint64_t size_;
-  const int64_t version_;  // remote_version_stamp; 0: unknown, answers are not compared
+  const int64_t version_;        // remote_version_stamp; 0: unknown, answers are not compared
+  std::atomic<bool> confirmed_;  // a HEAD or an answer named size_ and version_
   std::atomic<bool> compare_answers_{true};  // cleared once a HEAD vouched for other validators
-  std::mutex check_mu_;                      // one HEAD at a time settles a different answer
+  std::mutex check_mu_;                      // one HEAD at a time settles
   std::mutex mu_;
   std::shared_ptr<ObjectSpool> spool_;  // guarded by mu_: set once Range is found ignored
   Status gave_up_;                      // guarded by mu_: a read that ran out of time or tries
@@ -259,17 +280,18 @@ class RemoteFileSystem : public FileSystem {
   Result<std::unique_ptr<RandomAccessFile>> open(const std::string& uri) override {
     SY_ASSIGN_OR_RETURN(auto url, endpoint_->object_url(uri));
     SY_ASSIGN_OR_RETURN(auto info, client_->head(url, endpoint_->signer()));
-    auto raw = std::make_shared<RemoteFile>(client_, endpoint_, spools_, uri, url, info.size,
-                                            remote_version_stamp(info.last_modified_ns, info.etag));
+    auto raw =
+        std::make_shared<RemoteFile>(client_, endpoint_, spools_, uri, url, info.size,
+                                     remote_version_stamp(info.last_modified_ns, info.etag), true);
     return read_ahead_file(std::move(raw), read_ahead_);
   }
 
   // No HEAD: the size and version are the caller's, and the GETs' answers are checked
-  // against them (RemoteFile::check_version).
+  // against them (RemoteFile::check_answer).
   Result<std::unique_ptr<RandomAccessFile>> open_known(const FileInfo& known) override {
     SY_ASSIGN_OR_RETURN(auto url, endpoint_->object_url(known.uri));
     auto raw = std::make_shared<RemoteFile>(client_, endpoint_, spools_, known.uri, url, known.size,
-                                            known.mtime_ns);
+                                            known.mtime_ns, false);
     return read_ahead_file(std::move(raw), read_ahead_);
   }
 

@@ -374,6 +374,35 @@ TEST(HttpFileSystem, AReaderSendsNoHeadAndRefusesAShardChangedSinceItsManifest) 
   }
 }
 
+// A server that ignores Range: the whole object is spooled as without a known version,
+// and its answer is checked all the same. A file whose version no answer has named (the
+// server is known to ignore Range, so no GET goes out for it) gets one HEAD before it is
+// served from a spool.
+TEST(HttpFileSystem, OpenKnownChecksAnObjectWhoseServerIgnoresRange) {
+  REQUIRE_SERVERS();
+  auto fs = http_file_system(fast_options());
+  const std::string path = "/_f/norange:1/remote/blob.bin";
+  FileInfo known = blob_through_proxy(*fs, path);
+  auto f = fs->open_known(known);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  expect_blob(**f, 0, 1000);
+  expect_blob(**f, 2 << 20, 300000);
+  EXPECT_EQ(count_of(proxy_log(path), "HEAD"), 0);
+
+  const std::string other = "/_f/norange:2/remote/blob.bin";
+  known.uri = env("SY_TEST_PROXY_URL") + other;
+  known.mtime_ns += 1;
+  auto g = fs->open_known(known);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  std::string buf(4096, '\0');
+  auto r = (*g)->read_at(0, buf.data(), buf.size());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().to_string();
+  auto log = proxy_log(other);
+  EXPECT_EQ(count_of(log, "HEAD"), 1);
+  EXPECT_EQ(count_of(log, "GET"), 0);
+}
+
 // A server whose GETs carry another ETag than its HEADs (a proxy in between may): one HEAD
 // vouches for the object, and its reads go on without another.
 TEST(HttpFileSystem, OneHeadVouchesForAServerWhoseGetsCarryOtherValidators) {
