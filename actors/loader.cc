@@ -9,8 +9,10 @@ namespace shardyard {
 // One epoch in progress: the merger, and the threads that collate batches ahead. Taking a
 // step's items from the workers is sequential (under take_mu); copying them into the batch
 // columns runs on up to two collator threads at once; batches are handed out in step order.
-// With a device, the collators build columns in pinned memory and a DevicePrefetcher takes
-// the batches in order, queues their copies, and hands them to next().
+// The collators wait until the trainer is seen to be busy between batches (`ahead`); until
+// then next() takes and collates each step itself. With a device, the collators build
+// columns in pinned memory from the start and a DevicePrefetcher takes the batches in
+// order, queues their copies, and hands them to next().
 struct Loader::Epoch {
   uint32_t epoch = 0;
   uint32_t rank = 0;
@@ -29,8 +31,16 @@ struct Loader::Epoch {
   size_t building SY_GUARDED_BY(mu) = 0;
   bool taken_all SY_GUARDED_BY(mu) = false;
   bool stop SY_GUARDED_BY(mu) = false;
-  size_t depth = 2;        // set before the collators start; then read-only
-  uint64_t next_step = 0;  // the number of the next batch next() returns
+  size_t depth = 2;  // set before the collators start; then read-only
+  // The collators build ahead (set once, by the trainer's take() or at the start); until
+  // then take() collates each step in the caller's thread.
+  bool ahead SY_GUARDED_BY(mu) = false;
+  // Kept by the thread that calls take() while the collators wait: what collating the last
+  // step took, and how many steps in a row the trainer spent longer than that on its own.
+  std::chrono::nanoseconds last_collate{0};
+  uint32_t busy_steps = 0;
+  bool taking_ahead = false;  // the caller's copy of `ahead`
+  uint64_t next_step = 0;     // the number of the next batch next() returns
   // The number of the next batch take() returns: the trainer's, or the prefetcher's copy
   // thread's (only one of them takes).
   uint64_t taken_step SY_GUARDED_BY(mu) = 0;
@@ -55,30 +65,14 @@ struct Loader::Epoch {
     for (;;) {
       {
         MutexLock lock(&mu);
-        while (!stop && !taken_all && ready.size() + building >= depth) room.wait(&mu);
+        while (!stop && !taken_all && (!ahead || ready.size() + building >= depth)) room.wait(&mu);
         if (stop || taken_all) return;
         ++building;
       }
       uint64_t step = 0;
-      Result<bool> got = false;
       StepProgress progress;
-      {
-        MutexLock take(&take_mu);
-        got = merger->take_step(&items, &step, &progress);
-      }
-      Result<std::optional<Batch>> out = std::optional<Batch>();
-      if (!got.is_ok()) {
-        out = got.status();
-      } else if (*got) {
-        Result<Batch> built = build(items, step);
-        if (built.is_ok()) {
-          out = std::optional<Batch>(std::move(built).value());
-        } else {
-          out = built.status();
-        }
-        items.clear();
-      }
-      bool last = !got.is_ok() || !*got || !out.is_ok();
+      Result<std::optional<Batch>> out = take_and_build(items, &step, &progress);
+      const bool last = !out.is_ok() || !out->has_value();
       {
         MutexLock lock(&mu);
         --building;
@@ -96,20 +90,46 @@ struct Loader::Epoch {
     return columns ? build_batch(items, epoch, step, rank, *columns) : merger->build(items, step);
   }
 
-  // The next batch in step order (from the collators, or collated here when depth is 0),
+  // The next step's items from the merger (one taker at a time), built into its batch;
+  // nullopt at the end of the epoch. `items` is scratch, left empty.
+  Result<std::optional<Batch>> take_and_build(std::vector<Item>& items, uint64_t* step,
+                                              StepProgress* progress) {
+    Result<bool> got = false;
+    {
+      MutexLock take(&take_mu);
+      got = merger->take_step(&items, step, progress);
+    }
+    if (!got.is_ok()) return got.status();
+    if (!*got) return std::optional<Batch>();
+    Result<Batch> built = build(items, *step);
+    items.clear();
+    if (!built.is_ok()) return built.status();
+    return std::optional<Batch>(std::move(built).value());
+  }
+
+  // The next batch in step order (from the collators, or collated here while they wait),
   // and what it consumed. Called by the trainer, or by the prefetcher's copy thread.
-  Result<std::optional<Batch>> take(StepProgress* progress) SY_EXCLUDES(mu) {
-    if (depth == 0) {
-      std::vector<Item> items;
-      uint64_t step = 0;
-      SY_ASSIGN_OR_RETURN(bool got, merger->take_step(&items, &step, progress));
-      if (!got) return std::optional<Batch>();
-      {
-        MutexLock lock(&mu);
-        ++taken_step;
+  // `trainer_time`: how long the trainer spent since it was handed the last batch.
+  Result<std::optional<Batch>> take(StepProgress* progress, std::chrono::nanoseconds trainer_time)
+      SY_EXCLUDES(mu) {
+    if (depth == 0) return take_here(progress);
+    if (!taking_ahead) {
+      // The trainer asks for each batch as soon as it has the last one: collating here
+      // costs it nothing it would not wait for anyway. Once it spends longer on its own
+      // than a batch takes to collate, three steps in a row, the collators build ahead.
+      busy_steps = trainer_time > last_collate ? busy_steps + 1 : 0;
+      const auto began = std::chrono::steady_clock::now();
+      auto b = take_here(progress);
+      last_collate = std::chrono::steady_clock::now() - began;
+      if (busy_steps >= 3 && b.is_ok() && b->has_value()) {
+        taking_ahead = true;
+        {
+          MutexLock lock(&mu);
+          ahead = true;
+        }
+        room.notify_all();
       }
-      SY_ASSIGN_OR_RETURN(Batch b, build(items, step));
-      return std::optional<Batch>(std::move(b));
+      return b;
     }
     Result<std::optional<Batch>> b = std::optional<Batch>();
     {
@@ -129,10 +149,26 @@ struct Loader::Epoch {
     return b;
   }
 
+  // The next step, taken and collated in the caller's thread; at the end of the epoch (or
+  // an error) the waiting collators are told to exit.
+  Result<std::optional<Batch>> take_here(StepProgress* progress) SY_EXCLUDES(mu) {
+    std::vector<Item> items;
+    uint64_t step = 0;
+    Result<std::optional<Batch>> out = take_and_build(items, &step, progress);
+    const bool last = !out.is_ok() || !out->has_value();
+    {
+      MutexLock lock(&mu);
+      if (out.is_ok() && out->has_value()) ++taken_step;
+      if (last) taken_all = true;
+    }
+    if (last) room.notify_all();
+    return out;
+  }
+
   // The prefetcher's source: take() on its copy thread, keeping the progress for next().
   Result<std::optional<Batch>> take_for_device() SY_EXCLUDES(mu) {
     StepProgress progress;
-    auto b = take(&progress);
+    auto b = take(&progress, std::chrono::nanoseconds::zero());
     if (b.is_ok() && b->has_value()) {
       MutexLock lock(&mu);
       prefetched[(*b)->step()] = std::move(progress);
@@ -312,6 +348,15 @@ Status Loader::start_epoch(uint32_t epoch) {
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
                                           route, std::move(post).value());
   if (d.device) e.columns = d.device->columns.get();  // before any collator runs
+  // The collators build ahead from the start where asked to, for the device's prefetcher
+  // (which takes batches on a thread of its own), and where collating is where the bytes
+  // are read (large members read into the batch): two collators then read at once, which a
+  // trainer that only waits for batches would otherwise do alone.
+  if (d.device || d.options.prefetch_eager || job.collates_from_files()) {
+    MutexLock lock(&e.mu);
+    e.ahead = true;
+    e.taking_ahead = true;
+  }
   const size_t threads = std::min<size_t>(e.depth, 2);
   for (size_t t = 0; t < threads; ++t) e.collators.emplace_back([&e] { e.collate(); });
   if (d.device) {
@@ -363,7 +408,7 @@ Result<std::optional<Batch>> Loader::next() {
       }
     }
   } else {
-    b = e.take(&progress);
+    b = e.take(&progress, std::chrono::duration_cast<std::chrono::nanoseconds>(step_time));
   }
   // A shard cut short under a memory mapping reads as zeros from then on
   // (io/fs/mapping_guard.h): no batch goes out after that, and the error names the shard

@@ -105,7 +105,13 @@ struct LoaderOptions {
   // same worker's stages (a per-key cache, a per-key sequence). The routing key is this
   // field's bytes (a non-replicable stage can compute it), or the item's key when empty.
   std::string route_key_field;
-  uint32_t prefetch_batches = 2;  // batches collated ahead of the trainer; 0 = collate in next()
+  // Batches collated ahead of the trainer (0 = always collate in next()). Collator threads
+  // build ahead once the trainer is seen to spend time between batches (its step took
+  // longer than collating a batch, three steps in a row); until then next() collates in
+  // the trainer's thread, which spares two thread hand-offs per batch where the trainer
+  // waits for data anyway. `prefetch_eager` starts them building at once.
+  uint32_t prefetch_batches = 2;
+  bool prefetch_eager = false;
   uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 128 items or 4 MiB)
   // What the job takes from the process (actors/env.h); null = Env::Default(). Its file
   // system serves every source and receives checkpoints: by default local paths, http://,

@@ -41,6 +41,7 @@ struct RunArgs {
   std::string max_sample_bytes;
   std::string read_into_batch;
   uint32_t logical_shards = 0, chunk_items = 0, prefetch_batches = 2, prefetch_packets = 0;
+  bool prefetch_eager = false;
   bool shuffle = false, drop_last = false, json = false, no_cache = false, strict = false;
   std::string order = "exact", on_corrupt = "fail", dump_dir, cache_dir;
   std::string distributed_strategy = "strided", worker_strategy = "strided";
@@ -292,6 +293,7 @@ int run(RunArgs args, Env* env) {
   opt.on_corrupt = args.on_corrupt == "skip" ? OnCorrupt::kSkip : OnCorrupt::kFail;
   opt.strict_members = args.strict;
   opt.prefetch_batches = args.prefetch_batches;
+  opt.prefetch_eager = args.prefetch_eager;
   if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
   if (!args.max_sample_bytes.empty()) {
     auto max = parse_byte_size("--max-sample-bytes", args.max_sample_bytes);
@@ -645,6 +647,9 @@ Command add_run_command(CLI::App& app, Env* env) {
                   "write DIR/rank-<r>.tsv of every delivered sample (or window)");
   cmd->add_flag("--json", args->json, "print only the JSON summary");
   cmd->add_option("--prefetch-batches", args->prefetch_batches, "batches collated ahead per rank");
+  cmd->add_flag("--prefetch-eager", args->prefetch_eager,
+                "collate ahead from the first batch (default: once the trainer is busy between "
+                "batches)");
   cmd->add_option("--prefetch-packets", args->prefetch_packets,
                   "packets queued per worker (0: the loader's default)");
   cmd->add_flag("--no-cache", args->no_cache, "do not read or write the manifest cache");

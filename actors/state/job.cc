@@ -2,7 +2,20 @@
 
 #include <algorithm>
 
+#include "io/fs/uri.h"
+
 namespace shardyard::actors {
+
+bool JobData::collates_from_files() const {
+  if (unread_field_bytes == 0 || dispatch != Dispatch::kNone || !manifest) return false;
+  uint64_t range = 0, items = 0;
+  for (const auto& src : manifest->sources) {
+    if (src.kind != SourceKind::kTar || io::is_remote_uri(src.uri)) continue;
+    range += src.samples.totals().range;
+    items += src.samples.size();
+  }
+  return items > 0 && range / items >= unread_field_bytes;
+}
 
 JobInfo JobData::info() const {
   JobInfo j;

@@ -55,6 +55,10 @@ struct JobData {
   std::shared_ptr<StatusBoard> status;
 
   JobInfo info() const;
+  // Whether building a batch is where most of its bytes are read: members left unread by
+  // the workers (unread_field_bytes) make up the job's samples, local tar shards whose
+  // samples are that long on average, read by the workers themselves.
+  bool collates_from_files() const;
 };
 
 // Everything make_job() needs, in one struct (defaults as in LoaderOptions).

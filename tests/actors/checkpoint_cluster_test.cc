@@ -103,6 +103,7 @@ class CheckpointClusterTest : public ::testing::Test {
     opt_.plan.seed = 21;
     opt_.plan.chunk_items = 4;
     opt_.prefetch_batches = 3;  // workers and collators run well ahead of the trainer
+    opt_.prefetch_eager = true;
     opt_.cache_dir = tmp_.path() + "/cache";
     ckpt_ = tmp_.path() + "/ckpt";
   }

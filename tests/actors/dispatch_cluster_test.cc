@@ -397,6 +397,52 @@ TEST_F(DispatchClusterTest, PostStagesRunInTheLoaderInRankOrder) {
     }
 }
 
+// Collator threads build ahead only once the trainer is seen to be busy between batches:
+// until then (and at least for the first four steps) next() collates in the trainer's
+// thread, so the post stages run there. A trainer that spends longer on each step than a
+// batch takes to collate gets every later step from the collators. prefetch_eager starts
+// them at once. The batches are the same whichever thread builds them.
+TEST_F(DispatchClusterTest, CollatorsBuildAheadOnceTheTrainerIsBusy) {
+  auto opt = opt_;
+  opt.prefetch_batches = 0;
+  opt.pipeline = Spec().map("probe_map").merge().map("probe_post");
+  const auto want = run_one(opt);
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_GT(want[0].size(), 8u);
+  for (bool eager : {false, true}) {
+    const std::string what = eager ? "eager" : "when busy";
+    probe().reset();
+    opt.prefetch_batches = 2;
+    opt.prefetch_eager = eager;
+    auto loader = Loader::open(opt);
+    ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+    ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+    Steps got;
+    std::map<std::string, size_t> step_of;
+    for (;;) {
+      auto b = (*loader)->next();
+      ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+      if (!b->has_value()) break;
+      for (const auto& k : (*b)->keys()) step_of[k] = got.size();
+      got.push_back((*b)->keys());
+      std::this_thread::sleep_for(std::chrono::milliseconds(eager ? 0 : 20));  // its step
+    }
+    EXPECT_EQ(got, want[0]) << what;
+    std::lock_guard<std::mutex> lock(probe().mu);
+    ASSERT_EQ(probe().post.size(), step_of.size()) << what;
+    for (const auto& seen : probe().post) {
+      const size_t step = step_of.at(seen.key);
+      const bool here = seen.thread == thread_serial();
+      if (eager) {
+        EXPECT_FALSE(here) << what << ": step " << step << " collated by the trainer";
+      } else {
+        EXPECT_EQ(here, step < 4) << what << ": step " << step
+                                  << (here ? " collated by the trainer" : " by a collator");
+      }
+    }
+  }
+}
+
 TEST_F(DispatchClusterTest, SavingAsCompletedWithADispatcherIsRefused) {
   auto opt = opt_;
   opt.order = Order::kAsCompleted;

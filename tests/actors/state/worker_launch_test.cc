@@ -1,5 +1,6 @@
-// WorkerLaunch's arena sizes (actors/state/worker_process.h), without an actor system: the
-// sizes come from a real manifest.
+// WorkerLaunch's arena sizes (actors/state/worker_process.h), and where a job's batches read
+// their bytes (JobData::collates_from_files), without an actor system: both come from a real
+// manifest.
 #include <gtest/gtest.h>
 
 #include "actors/state/worker_process.h"
@@ -55,6 +56,27 @@ TEST(WorkerLaunchTest, AnArenaSizeGivenByTheUserIsKept) {
   auto launch = WorkerLaunch::create(*job, o);
   ASSERT_TRUE(launch.is_ok()) << launch.status().to_string();
   EXPECT_EQ((*launch)->arena_bytes(), 3 * kMiB);
+}
+
+// Samples long enough to be read into the batch make the collators read the job's bytes
+// (they then build ahead from the start: actors/loader.cc); small ones, or a job that does
+// not read into the batch, do not.
+TEST(JobDataTest, CollatesFromFilesWhereLargeMembersAreReadIntoTheBatch) {
+  TempDir dir;
+  JobSpec large;
+  large.shards = 2;
+  large.samples = 3;
+  large.bytes = 100000;
+  auto job = make_test_job(dir.path() + "/large", large);
+  ASSERT_NE(job, nullptr);
+  ASSERT_GT(job->unread_field_bytes, 0u);
+  EXPECT_TRUE(job->collates_from_files());
+  auto small = make_test_job(dir.path() + "/small", JobSpec{});
+  ASSERT_NE(small, nullptr);
+  EXPECT_FALSE(small->collates_from_files());
+  auto off = std::make_shared<JobData>(*job);
+  off->unread_field_bytes = 0;
+  EXPECT_FALSE(off->collates_from_files());
 }
 
 }  // namespace
