@@ -273,6 +273,15 @@ FileInfo blob_through_proxy(FileSystem& fs, const std::string& path) {
   return known;
 }
 
+// The first read of a file opened with `known`: OK, or why it failed.
+Status first_read(FileSystem& fs, const FileInfo& known) {
+  auto f = fs.open_known(known);
+  if (!f.is_ok()) return f.status();
+  std::string buf(4096, '\0');
+  auto r = (*f)->read_at(0, buf.data(), buf.size());
+  return r.is_ok() ? Status::ok() : r.status();
+}
+
 TEST(HttpFileSystem, OpenKnownSendsNoHeadAndChecksEveryAnswer) {
   REQUIRE_SERVERS();
   auto fs = http_file_system(fast_options());
@@ -289,40 +298,28 @@ TEST(HttpFileSystem, OpenKnownSendsNoHeadAndChecksEveryAnswer) {
   EXPECT_EQ(count_of(log, "HEAD"), 0);
   EXPECT_GE(count_of(log, "GET"), 2);
 
-  std::string buf(4096, '\0');
   const std::string other = "/_f/pass:2/remote/blob.bin";
   known.uri = env("SY_TEST_PROXY_URL") + other;
   known.mtime_ns = version + 1;
-  auto g = fs->open_known(known);
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  auto r = (*g)->read_at(0, buf.data(), buf.size());
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
-  EXPECT_NE(r.status().message().find("changed"), std::string::npos) << r.status().message();
+  Status st = first_read(*fs, known);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
+  EXPECT_NE(st.message().find("changed"), std::string::npos) << st.message();
   EXPECT_EQ(count_of(proxy_log(other), "HEAD"), 1);
 
-  const std::string larger = "/_f/pass:3/remote/blob.bin";
-  known.uri = env("SY_TEST_PROXY_URL") + larger;
+  known.uri = env("SY_TEST_PROXY_URL") + "/_f/pass:3/remote/blob.bin";
   known.size = kBlobSize + 1;
   known.mtime_ns = version;
-  auto h = fs->open_known(known);
-  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
-  r = (*h)->read_at(0, buf.data(), buf.size());
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
-  EXPECT_NE(r.status().message().find("is now " + std::to_string(kBlobSize) + " bytes"),
-            std::string::npos)
-      << r.status().message();
+  st = first_read(*fs, known);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
+  EXPECT_NE(st.message().find("is now " + std::to_string(kBlobSize) + " bytes"), std::string::npos)
+      << st.message();
 
   // A missing object: the first read says so, as open() would have.
   FileInfo none;
   none.uri = env("SY_TEST_HTTP_URL") + "/remote/none.bin";
   none.size = 100;
-  auto n = fs->open_known(none);
-  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
-  r = (*n)->read_at(0, buf.data(), 10);
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().to_string();
+  st = first_read(*fs, none);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
 }
 
 // A reader opens a remote shard with its manifest's size and version, so a run sends no
@@ -392,12 +389,8 @@ TEST(HttpFileSystem, OpenKnownChecksAnObjectWhoseServerIgnoresRange) {
   const std::string other = "/_f/norange:2/remote/blob.bin";
   known.uri = env("SY_TEST_PROXY_URL") + other;
   known.mtime_ns += 1;
-  auto g = fs->open_known(known);
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  std::string buf(4096, '\0');
-  auto r = (*g)->read_at(0, buf.data(), buf.size());
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().to_string();
+  Status st = first_read(*fs, known);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
   auto log = proxy_log(other);
   EXPECT_EQ(count_of(log, "HEAD"), 1);
   EXPECT_EQ(count_of(log, "GET"), 0);
@@ -536,12 +529,8 @@ TEST(S3FileSystem, OpenKnownReadsAndRefusesAnotherVersion) {
   expect_blob(**f, 0, 70000);
   expect_blob(**f, 3000000, 200000);
   known.mtime_ns += 1;
-  auto g = fs->open_known(known);
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  std::string buf(4096, '\0');
-  auto r = (*g)->read_at(0, buf.data(), buf.size());
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().to_string();
+  Status st = first_read(*fs, known);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
 }
 
 TEST(S3FileSystem, ListsAPrefixAcrossPages) {
