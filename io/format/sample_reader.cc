@@ -120,7 +120,12 @@ Status check_windows(const Manifest& m, uint64_t max) {
   return window <= max ? Status::ok() : too_large("a window", window, max);
 }
 
+// Samples [first, last) of a source within the bound, or an error naming the first that is
+// not. The source's largest sample within it (its table's totals): nothing to walk.
 Status check_samples(const SourceEntry& src, uint64_t first, uint64_t last, uint64_t max) {
+  const auto& t = src.samples.totals();
+  if ((src.kind == SourceKind::kDirectory ? t.max_payload : t.max_range) <= max)
+    return Status::ok();
   auto at = src.samples.iterator_at(first);
   for (uint64_t s = first; s < last; ++s, ++at) {
     const uint64_t bytes = sample_bytes(src, *at);
@@ -139,13 +144,8 @@ std::shared_ptr<const FileReader> source_file_reader(FileSystem& fs,
 
 Status check_sample_bytes(const Manifest& manifest, uint64_t max_sample_bytes) {
   if (manifest.windows.enabled()) return check_windows(manifest, max_sample_bytes);
-  for (const auto& src : manifest.sources) {
-    const auto& t = src.samples.totals();
-    // The largest sample within the bound: nothing to walk. Otherwise the walk names it.
-    if ((src.kind == SourceKind::kDirectory ? t.max_payload : t.max_range) <= max_sample_bytes)
-      continue;
+  for (const auto& src : manifest.sources)
     SY_RETURN_IF_ERROR(check_samples(src, 0, src.samples.size(), max_sample_bytes));
-  }
   return Status::ok();
 }
 
