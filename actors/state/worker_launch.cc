@@ -221,10 +221,13 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // The data arena (io/transport/shm_arena.h ArenaChunks): where a worker reads the ranges of
   // tar shards it does not map, so that their items cross without a copy. It holds a chunk
   // per logical shard the worker interleaves, until the loader has collated the chunk's
-  // items, and as much again for the loader's items, which may lag the worker by several
-  // chunks of each shard (one worker starts first): four times that, and the items the
-  // loader holds. A chunk that finds it full goes to the worker's heap and its items are
-  // copied, so this sizes for speed, not correctness.
+  // items, and as much again for the loader's items, which lag the worker by a chunk of
+  // each shard or so (the loader collates on the trainer's thread until the trainer is
+  // busy, actors/loader.cc): twice that, and the items the loader holds. Four times that
+  // cost a run of the small benchmark set 3% more CPU and 16 MiB more peak RSS, reserving
+  // and zeroing room it hardly used (docs/performance.md, "Worker processes"). A chunk that
+  // finds it full goes to the worker's heap and its items are copied, so this sizes for
+  // speed, not correctness.
   // Workers fed by a dispatcher read nothing, and ranges that are mapped or walked (large
   // members left unread, the small ones read beside them on the heap) need no room.
   if (tar_job) {
@@ -243,7 +246,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       const uint64_t per_worker =
           (job.shards.count() + uint64_t{workers} * job.topology.ranks - 1) /
           (uint64_t{workers} * job.topology.ranks);
-      const uint64_t data = 4 * chunk * (per_worker + 2) + held_of(copied + 256);
+      const uint64_t data = 2 * chunk * (per_worker + 2) + held_of(copied + 256);
       launch->data_bytes_ = options.arena_bytes
                                 ? options.arena_bytes
                                 : std::clamp<uint64_t>(data, 4ull << 20, 256ull << 20);
