@@ -221,9 +221,9 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // The data arena (io/transport/shm_arena.h ArenaChunks): where a worker reads the ranges of
   // tar shards it does not map, so that their items cross without a copy. It holds a chunk
   // per logical shard the worker interleaves, until the loader has collated the chunk's
-  // items, and as much again for the loader's items, which lag the worker by a chunk of
-  // each shard or so (the loader collates on the trainer's thread until the trainer is
-  // busy, actors/loader.cc): twice that, and the items the loader holds. Four times that
+  // items, and as much again for the loader's items, which lag the worker less since the
+  // loader collates on the trainer's thread until the trainer is busy (actors/loader.cc):
+  // twice that, and the items the loader holds. Four times that
   // cost a run of the small benchmark set 3% more CPU and 16 MiB more peak RSS, reserving
   // and zeroing room it hardly used (docs/performance.md, "Worker processes"). A chunk that
   // finds it full goes to the worker's heap and its items are copied, so this sizes for
@@ -240,8 +240,8 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       items += src.samples.size();
     }
     const uint64_t chunk = uint64_t{job.plan.chunk_items} * (span / std::max<uint64_t>(1, items));
-    const bool walked =
-        job.unread_field_bytes > 0 && span / std::max<uint64_t>(1, items) >= job.unread_field_bytes;
+    // Without `reads` every tar source is a local .tar, whose large members are then walked.
+    const bool walked = job.collates_from_files();
     if (items > 0 && (reads || (chunk < job.reader.map_threshold_bytes && !walked))) {
       const uint64_t per_worker =
           (job.shards.count() + uint64_t{workers} * job.topology.ranks - 1) /

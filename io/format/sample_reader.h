@@ -55,8 +55,8 @@ struct SampleReaderOptions {
   size_t map_threshold_bytes = 256u << 10;  // ranges at least this long are mapped
   uint64_t max_sample_bytes = kDefaultMaxSampleBytes;
   // Where every source is remote: a remote file holds no descriptor (its requests go on the
-  // calling thread's connections) and costs a HEAD each time it is opened, so many more
-  // stay open.
+  // calling thread's connections), and one opened again has lost the blocks it fetched, so
+  // many more stay open.
   size_t max_open_remote_files = 1024;
 };
 
