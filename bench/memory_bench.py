@@ -198,9 +198,10 @@ def main():
     for n in counts:
         lines.append(f"| {n:,} | " + " | ".join(f"{rows[(r, n)][0] / 1024:.1f}" for r in READERS)
                      + f" | {rows[(next(iter(READERS)), n)][1] * 1000:.0f} |")
-    growth = {r: slope(counts, [rows[(r, n)][0] * 1024 for n in counts]) for r in READERS}
-    lines.append("| bytes per added sample | " +
-                 " | ".join(f"**{growth[r]:.0f}**" for r in READERS) + " | |")
+    if len(counts) > 1:  # a slope needs two sizes
+        growth = {r: slope(counts, [rows[(r, n)][0] * 1024 for n in counts]) for r in READERS}
+        lines.append("| bytes per added sample | " +
+                     " | ".join(f"**{growth[r]:.0f}**" for r in READERS) + " | |")
     body = "\n".join(lines) + (
         f"\n\nMedians of {args.reps} runs each on {rb.cpu_model()} "
         f"({os.cpu_count()} cores), page cache warm, manifest cached. Command:\n\n```sh\n"

@@ -240,7 +240,9 @@ namespace {
 // `whole`: the encoded bytes when they are all in memory and stay so while `keep` lives;
 // the sample tables then borrow their bytes from them.
 Result<Manifest> decode(const ManifestSource& source, uint64_t total_bytes, const std::string& name,
-                        bool verify, const char* whole, const std::shared_ptr<const void>& keep) {
+                        ManifestCheck check, const char* whole,
+                        const std::shared_ptr<const void>& keep) {
+  const bool verify = check != ManifestCheck::kLayout;
   char head[24];
   if (total_bytes < 24) return corrupt(name + ": not a shardyard manifest (bad magic)");
   for (size_t got = 0; got < sizeof head;) {
@@ -351,15 +353,15 @@ Result<Manifest> decode(const ManifestSource& source, uint64_t total_bytes, cons
   auto ok = checksum_ok();
   if (!ok.is_ok()) return ok.status();
   if (!*ok) return corrupt(name + ": manifest checksum mismatch");
-  if (compute_fingerprint(m) != m.fingerprint)
+  if (check == ManifestCheck::kFull && compute_fingerprint(m) != m.fingerprint)
     return corrupt(name + ": manifest fingerprint does not match its content");
   return m;
 }
 
 }  // namespace
 
-Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name, bool verify,
-                                 std::shared_ptr<const void> keep) {
+Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name,
+                                 ManifestCheck check, std::shared_ptr<const void> keep) {
   size_t at = 0;
   ManifestSource source = [&](char* dst, size_t n) -> Result<size_t> {
     size_t take = std::min(n, bytes.size() - at);
@@ -367,12 +369,12 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name
     at += take;
     return take;
   };
-  return decode(source, bytes.size(), name, verify, keep ? bytes.data() : nullptr, keep);
+  return decode(source, bytes.size(), name, check, keep ? bytes.data() : nullptr, keep);
 }
 
 Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
-                                 const std::string& name, bool verify) {
-  return decode(source, total_bytes, name, verify, nullptr, nullptr);
+                                 const std::string& name, ManifestCheck check) {
+  return decode(source, total_bytes, name, check, nullptr, nullptr);
 }
 
 }  // namespace shardyard

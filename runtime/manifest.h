@@ -117,25 +117,44 @@ uint64_t compute_fingerprint(const Manifest& m);
 
 // Versioned binary encoding (magic "SYMANIF\0", format version, body, 64-bit checksum).
 // With checksum false the checksum is 0 (not computed): only for decode_manifest() with
-// verify false.
+// ManifestCheck::kLayout.
 std::string encode_manifest(const Manifest& m, bool checksum = true);
-// Decodes and validates magic, version and checksum, and that the fingerprint matches the
-// content; `name` is used in error messages. With verify false the checksum and the
-// fingerprint are not computed (the layout is still checked, so damage is an error, never a
-// crash): for bytes that a process of the same job encoded moments before and handed over
-// in memory (a rank's manifest for its worker processes), whose fingerprint the reader
-// compares with the one it was told.
+
+// What decode_manifest() checks beyond the magic, the version and the layout (which it
+// always checks, so that damage is an error, never a crash).
+enum class ManifestCheck {
+  // Nothing more: for bytes that a process of the same job encoded moments before and
+  // handed over in memory (a rank's manifest for its worker processes), whose fingerprint
+  // the reader compares with the one it was told.
+  kLayout,
+  // The checksum, and the stored fingerprint taken as it is: for a manifest cache file,
+  // which this build's own save_manifest() wrote. Computing the fingerprint again walks
+  // every key and range through a byte-wise hash, most of the time a cached manifest takes
+  // to load (docs/performance.md, "Opening a cached manifest"). Taking it as stored is
+  // sound because decoding refuses any format version but the current one, and a change
+  // to compute_fingerprint() is a change of that version (tests/runtime/manifest_test.cc
+  // pins its value).
+  kChecksum,
+  // The checksum, and the fingerprint computed again from the content and compared with
+  // the stored one: for a manifest file a user names (shardyard manifest show FILE).
+  kFull,
+};
+
+// Decodes and validates magic, version, layout and what `check` adds; `name` is used in
+// error messages.
 // With `keep` set, `bytes` stay unchanged while `keep` lives (a memory-mapped manifest file,
 // shared by every process of the node that maps it) and the sample tables borrow them
 // instead of holding copies (runtime/sample_table.h).
 Result<Manifest> decode_manifest(std::string_view bytes, const std::string& name,
-                                 bool verify = true, std::shared_ptr<const void> keep = nullptr);
+                                 ManifestCheck check = ManifestCheck::kFull,
+                                 std::shared_ptr<const void> keep = nullptr);
 // The same, reading the encoded bytes (`total_bytes` of them) from `source` block by block,
 // so the file is never held in memory whole. `source` returns how many bytes it wrote (0 at
 // the end) or an error.
 using ManifestSource = std::function<Result<size_t>(char* dst, size_t n)>;
 Result<Manifest> decode_manifest(const ManifestSource& source, uint64_t total_bytes,
-                                 const std::string& name, bool verify = true);
+                                 const std::string& name,
+                                 ManifestCheck check = ManifestCheck::kFull);
 
 // Version 2 added members_skipped, strict_members, ctime_ns, inode and files_digest;
 // version 3 stores each source's samples as SampleTable packs them. Older files are refused

@@ -62,9 +62,10 @@ Result<std::shared_ptr<const JobData>> rebuild_job(const WorkerJob& j, const io:
     // below, and neither checksum nor fingerprint is computed again in every process. The
     // sample tables borrow the segment's pages, one copy for all of the rank's workers.
     SY_ASSIGN_OR_RETURN(
-        manifest, decode_manifest(
-                      std::string_view(reinterpret_cast<const char*>(map->data()), manifest_bytes),
-                      "the job's manifest", /*verify=*/false, std::shared_ptr<const void>(map)));
+        manifest,
+        decode_manifest(
+            std::string_view(reinterpret_cast<const char*>(map->data()), manifest_bytes),
+            "the job's manifest", ManifestCheck::kLayout, std::shared_ptr<const void>(map)));
   }
   if (manifest.fingerprint != fingerprint)
     return invalid_argument("the dataset this worker sees differs from its rank's (fingerprint " +

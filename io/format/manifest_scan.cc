@@ -382,7 +382,7 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
     report->cache_path = cache_path;
   }
   if (!cache_path.empty() && options.cache_mode == CacheMode::kUse) {
-    auto cached = load_manifest(cache_path);
+    auto cached = load_manifest(cache_path, ManifestCheck::kChecksum);
     if (cached.is_ok() && cache_usable(*cached, options) &&
         cache_fresh(fs, *cached, refs, threads)) {
       report->from_cache = true;
@@ -419,7 +419,7 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
     // read by the next run that uses the cache.
     Status st;
     if (options.cache_mode == CacheMode::kBypass) {
-      auto cached = load_manifest(cache_path);
+      auto cached = load_manifest(cache_path, ManifestCheck::kChecksum);
       bool stale = cached.is_ok() ? encode_manifest(*cached) != encode_manifest(m)
                                   : cached.status().code() != StatusCode::kNotFound;
       if (stale && ::unlink(cache_path.c_str()) != 0 && errno != ENOENT)
@@ -443,7 +443,7 @@ Status save_manifest(const Manifest& m, const std::string& path) {
   return write_file_atomic(path, encode_manifest(m), /*sync_dir=*/false);
 }
 
-Result<Manifest> load_manifest(const std::string& path) {
+Result<Manifest> load_manifest(const std::string& path, ManifestCheck check) {
   auto file = local_file_system().open(path);
   if (!file.is_ok()) {
     if (file.status().code() == StatusCode::kNotFound)
@@ -461,8 +461,7 @@ Result<Manifest> load_manifest(const std::string& path) {
     if (mapped.is_ok() && *mapped) {
       const MappedRange& m = **mapped;
       return decode_manifest(std::string_view(reinterpret_cast<const char*>(m.data()), m.size()),
-                             path,
-                             /*verify=*/true, std::shared_ptr<const void>(*mapped));
+                             path, check, std::shared_ptr<const void>(*mapped));
     }
   }
   uint64_t at = 0;
@@ -471,7 +470,7 @@ Result<Manifest> load_manifest(const std::string& path) {
     at += got;
     return got;
   };
-  return decode_manifest(source, f.size(), path);
+  return decode_manifest(source, f.size(), path, check);
 }
 
 }  // namespace shardyard::io

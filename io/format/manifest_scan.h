@@ -64,8 +64,9 @@ Result<Manifest> build_manifest(FileSystem& fs, const std::vector<std::string>& 
                                 const ScanOptions& options, ScanReport* report);
 
 // Atomic write (temporary file, fsync, rename) and validated read of a manifest file.
+// build_manifest() loads its cache files with ManifestCheck::kChecksum (they are its own).
 Status save_manifest(const Manifest& m, const std::string& path);
-Result<Manifest> load_manifest(const std::string& path);
+Result<Manifest> load_manifest(const std::string& path, ManifestCheck check = ManifestCheck::kFull);
 
 // The default cache folder: $SHARDYARD_CACHE_DIR, else $XDG_CACHE_HOME/shardyard, else
 // ~/.cache/shardyard.

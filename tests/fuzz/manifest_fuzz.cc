@@ -39,7 +39,7 @@ void check_tables(const shardyard::Manifest& m) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  auto plain = shardyard::decode_manifest(bytes, "fuzz", /*verify=*/false);
+  auto plain = shardyard::decode_manifest(bytes, "fuzz", shardyard::ManifestCheck::kLayout);
   if (plain.is_ok()) {
     check_tables(*plain);
     const std::string again = shardyard::encode_manifest(*plain, /*checksum=*/false);
@@ -47,8 +47,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               again.compare(0, again.size() - 8, bytes.substr(0, bytes.size() - 8)) == 0,
           "an unverified manifest re-encodes to the same bytes");
   }
+  auto summed = shardyard::decode_manifest(bytes, "fuzz", shardyard::ManifestCheck::kChecksum);
+  if (summed.is_ok()) {
+    check(plain.is_ok(), "what passes its checksum also decodes unverified");
+    check(shardyard::encode_manifest(*summed) == bytes,
+          "a manifest that passes its checksum re-encodes to the same bytes");
+  }
   auto verified = shardyard::decode_manifest(bytes, "fuzz");
   if (verified.is_ok()) {
+    check(summed.is_ok(), "what verifies also passes its checksum");
     check(plain.is_ok(), "what verifies also decodes unverified");
     check(shardyard::encode_manifest(*verified) == bytes,
           "a manifest re-encodes to the same bytes");

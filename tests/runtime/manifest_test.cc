@@ -103,24 +103,25 @@ TEST(ManifestFormat, RoundTripsEveryField) {
 TEST(ManifestFormat, DecodesWithoutVerifyingAndStillRefusesABrokenLayout) {
   Manifest m = sample_manifest();
   const std::string bytes = encode_manifest(m);
-  auto back = decode_manifest(bytes, kName, /*verify=*/false);
+  auto back = decode_manifest(bytes, kName, ManifestCheck::kLayout);
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   expect_same(m, *back);
   std::string wrong_sum = bytes;
   wrong_sum.back() ^= 1;
-  EXPECT_TRUE(decode_manifest(wrong_sum, kName, false).is_ok());
+  EXPECT_TRUE(decode_manifest(wrong_sum, kName, ManifestCheck::kLayout).is_ok());
   EXPECT_FALSE(decode_manifest(wrong_sum, kName).is_ok());
   // Encoded without a checksum: the same bytes but the last 8, which only verify() reads.
   const std::string unchecked = encode_manifest(m, /*checksum=*/false);
   EXPECT_EQ(unchecked.substr(0, unchecked.size() - 8), bytes.substr(0, bytes.size() - 8));
-  EXPECT_TRUE(decode_manifest(unchecked, kName, false).is_ok());
+  EXPECT_TRUE(decode_manifest(unchecked, kName, ManifestCheck::kLayout).is_ok());
   EXPECT_FALSE(decode_manifest(unchecked, kName).is_ok());
   for (size_t n = 0; n < bytes.size() - 8; ++n)
-    expect_corrupt(decode_manifest(bytes.substr(0, n), kName, false), "cut");
+    expect_corrupt(decode_manifest(bytes.substr(0, n), kName, ManifestCheck::kLayout), "cut");
   for (size_t i = 24; i < bytes.size() - 8; ++i) {
     std::string changed = bytes;
     changed[i] = static_cast<char>(0xff);
-    (void)decode_manifest(changed, kName, false);  // an error or another manifest, no crash
+    (void)decode_manifest(changed, kName,
+                          ManifestCheck::kLayout);  // an error or another manifest, no crash
   }
 }
 
@@ -131,7 +132,7 @@ TEST(ManifestFormat, RefusesATableLongerThanTheBodyUnverifiedToo) {
   ASSERT_TRUE(m.sources.back().samples.empty());
   std::string bytes = encode_manifest(m, /*checksum=*/false);
   for (int i = 0; i < 8; ++i) bytes[bytes.size() - 16 + i] = static_cast<char>(0x7f);
-  expect_corrupt(decode_manifest(bytes, kName, /*verify=*/false), "a table past the body");
+  expect_corrupt(decode_manifest(bytes, kName, ManifestCheck::kLayout), "a table past the body");
   expect_corrupt(decode_manifest(bytes, kName), "a table past the body, verified");
 }
 
@@ -239,6 +240,59 @@ TEST(ManifestFormat, RejectsAFingerprintThatDoesNotMatchTheContent) {
   EXPECT_NE(r.status().message().find("fingerprint"), std::string::npos);
 }
 
+// A cache file is checked by its checksum alone: its stored fingerprint is taken as it is
+// (this build wrote it), while damage to any byte, the fingerprint's included, is still
+// refused.
+TEST(ManifestFormat, ChecksumCheckTakesTheStoredFingerprintAndRefusesDamage) {
+  Manifest m = sample_manifest();
+  m.fingerprint ^= 1;
+  const std::string bytes = encode_manifest(m);
+  auto r = decode_manifest(bytes, kName, ManifestCheck::kChecksum);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->fingerprint, m.fingerprint);
+  expect_same(m, *r);
+  for (size_t i = 24; i < 32; ++i) {  // the stored fingerprint
+    std::string bad = bytes;
+    bad[i] ^= 0x10;
+    expect_corrupt(decode_manifest(bad, kName, ManifestCheck::kChecksum),
+                   "fingerprint byte " + std::to_string(i));
+  }
+  std::string cut = bytes.substr(0, bytes.size() - 1);
+  expect_corrupt(decode_manifest(cut, kName, ManifestCheck::kChecksum), "cut");
+  std::string sum = bytes;
+  sum.back() ^= 1;
+  expect_corrupt(decode_manifest(sum, kName, ManifestCheck::kChecksum), "checksum");
+  // Block by block, as a file that cannot be mapped is read: the same.
+  size_t at = 0;
+  ManifestSource source = [&](char* dst, size_t n) -> Result<size_t> {
+    const size_t take = std::min<size_t>({n, 7, bytes.size() - at});
+    std::memcpy(dst, bytes.data() + at, take);
+    at += take;
+    return take;
+  };
+  auto streamed = decode_manifest(source, bytes.size(), kName, ManifestCheck::kChecksum);
+  ASSERT_TRUE(streamed.is_ok()) << streamed.status().to_string();
+  EXPECT_EQ(streamed->fingerprint, m.fingerprint);
+}
+
+// The fingerprint of a fixed manifest, pinned: docs/manifest-format.md's example (a tar of
+// a.cls, a.txt and b.cls). Cache files are trusted for their stored fingerprint
+// (ManifestCheck::kChecksum) because only the current format version decodes; if this
+// value changes, so must kManifestFormatVersion, or cached manifests would name datasets
+// by the old fingerprint while scans name them by the new one.
+TEST(ManifestFingerprint, IsPinnedToTheFormatVersion) {
+  Manifest m;
+  SourceEntry tar;
+  tar.uri = "/tmp/mf/t.tar";
+  tar.kind = SourceKind::kTar;
+  tar.size_bytes = 10240;
+  tar.samples = {{"a", 0, 2048, 6}, {"b", 2048, 3072, 1}};
+  m.sources = {tar};
+  EXPECT_EQ(m.fingerprint = compute_fingerprint(m), 0xb456e34a75a5e951ull)
+      << "compute_fingerprint() changed: bump kManifestFormatVersion (runtime/manifest.h)";
+  EXPECT_EQ(kManifestFormatVersion, 3u) << "a new format version: update this test's note";
+}
+
 // Rewrites the body size and checksum of an encoded manifest after its body was edited, so
 // that only the structural checks behind the checksum can catch the edit.
 std::string reseal(std::string bytes, size_t body_size) {
@@ -303,7 +357,8 @@ TEST(ManifestFormat, RejectsBytesAfterTheChecksum) {
   expect_corrupt(r, "a byte after the checksum");
   EXPECT_NE(r.status().message().find("1 bytes after its checksum"), std::string::npos)
       << r.status().message();
-  expect_corrupt(decode_manifest(bytes, kName, false), "a byte after the checksum, unverified");
+  expect_corrupt(decode_manifest(bytes, kName, ManifestCheck::kLayout),
+                 "a byte after the checksum, unverified");
 }
 
 // The fuzzer's seeds (tests/fuzz/manifest_corpus, written by `shardyard manifest build`) are

@@ -169,6 +169,38 @@ TEST_F(ManifestCache, OldFormatVersionIsRebuiltNotMisread) {
             kManifestFormatVersion);
 }
 
+// A cache file is checked by its checksum, and its stored fingerprint is taken as it is:
+// computing it again over every key was most of a cached load's time. A manifest file a
+// user names (load_manifest's default, `shardyard manifest show FILE`) is checked in full.
+TEST_F(ManifestCache, ACachedManifestIsTakenWithItsStoredFingerprint) {
+  ScanReport first;
+  auto scanned = build(&first);
+  ASSERT_TRUE(scanned.is_ok()) << scanned.status().to_string();
+  Manifest other = *scanned;
+  other.fingerprint ^= 0x5a5a;
+  ASSERT_TRUE(save_manifest(other, first.cache_path).is_ok());
+
+  ScanReport second;
+  auto cached = build(&second);
+  ASSERT_TRUE(cached.is_ok()) << cached.status().to_string();
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(cached->fingerprint, other.fingerprint);
+  auto full = load_manifest(first.cache_path);
+  ASSERT_FALSE(full.is_ok());
+  EXPECT_NE(full.status().message().find("fingerprint does not match"), std::string::npos)
+      << full.status().message();
+
+  // Damage is still caught by the checksum: rescanned, with the scan's fingerprint.
+  std::string bytes = test::read_file(first.cache_path);
+  bytes[bytes.size() / 2] ^= 0x01;
+  test::write_file(first.cache_path, bytes);
+  ScanReport third;
+  auto rescanned = build(&third);
+  ASSERT_TRUE(rescanned.is_ok()) << rescanned.status().to_string();
+  EXPECT_FALSE(third.from_cache);
+  EXPECT_EQ(rescanned->fingerprint, scanned->fingerprint);
+}
+
 // A cached manifest is mapped, not copied: its sample tables borrow the file's pages, which
 // every process of the node loading it shares, and hold the same samples as the scan.
 TEST_F(ManifestCache, ALoadedCacheBorrowsTheFilesPages) {
