@@ -1,7 +1,8 @@
 // Tests of the manifest cache's freshness and modes (io/format/manifest_scan.h): a shard replaced
 // with the old size and mtime is scanned again, kRebuild replaces whatever is cached,
-// kBypass removes a cached manifest the scan shows stale, an old format is rebuilt, and a
-// cache built with the other strict_members setting is used only where it cannot matter.
+// kBypass removes a cached manifest the scan shows stale, an old format is rebuilt, a cache
+// built with the other strict_members setting is used only where it cannot matter, and a
+// cache file is checked by its checksum and keeps its stored fingerprint.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
