@@ -128,7 +128,8 @@ enum class ManifestCheck {
   // the reader compares with the one it was told.
   kLayout,
   // The checksum, and the stored fingerprint taken as it is: for a manifest cache file,
-  // which this build's own save_manifest() wrote. Computing the fingerprint again walks
+  // which build_manifest() wrote (this build, or another of the same format version).
+  // Computing the fingerprint again walks
   // every key and range through a byte-wise hash, most of the time a cached manifest takes
   // to load (docs/performance.md, "Opening a cached manifest"). Taking it as stored is
   // sound because decoding refuses any format version but the current one, and a change

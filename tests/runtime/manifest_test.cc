@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -120,8 +121,8 @@ TEST(ManifestFormat, DecodesWithoutVerifyingAndStillRefusesABrokenLayout) {
   for (size_t i = 24; i < bytes.size() - 8; ++i) {
     std::string changed = bytes;
     changed[i] = static_cast<char>(0xff);
-    (void)decode_manifest(changed, kName,
-                          ManifestCheck::kLayout);  // an error or another manifest, no crash
+    // An error or another manifest, never a crash.
+    (void)decode_manifest(changed, kName, ManifestCheck::kLayout);
   }
 }
 
@@ -288,7 +289,7 @@ TEST(ManifestFingerprint, IsPinnedToTheFormatVersion) {
   tar.size_bytes = 10240;
   tar.samples = {{"a", 0, 2048, 6}, {"b", 2048, 3072, 1}};
   m.sources = {tar};
-  EXPECT_EQ(m.fingerprint = compute_fingerprint(m), 0xb456e34a75a5e951ull)
+  EXPECT_EQ(compute_fingerprint(m), 0xb456e34a75a5e951ull)
       << "compute_fingerprint() changed: bump kManifestFormatVersion (runtime/manifest.h)";
   EXPECT_EQ(kManifestFormatVersion, 3u) << "a new format version: update this test's note";
 }
