@@ -7,7 +7,9 @@ for; docs/performance.md, "Large samples read into the batch").
 
 Timed: the wall time of the whole process; CPU = user + system of it and of the worker
 processes it waited for. Prints the median wall, the median and range of cat / wall, the
-median CPU and the highest peak RSS of each configuration.
+median CPU, the highest peak RSS and the median `seconds` of the JSON summary (the loop,
+from the loader's start to its last batch: what bench/run_bench.py's table reports) of
+each configuration.
 
 With --http the set is served by nginx on loopback (tests/servers/servers.py) and read by
 URL; the reference is then `curl -s -Z` of the same URLs instead of `cat`. Each
@@ -80,7 +82,7 @@ def measure(args, files, source, reference):
         t = time.perf_counter()
         subprocess.run(reference, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        check=True)
-        res[reference[0]].append((time.perf_counter() - t, 0.0, 0))
+        res[reference[0]].append((time.perf_counter() - t, 0.0, 0, None))
         for label, binary, extra in configs:
             warm()
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -93,15 +95,17 @@ def measure(args, files, source, reference):
                 raise SystemExit(f"{label}: exit {p.returncode}: {p.stderr[-2000:]}")
             summary = json.loads(p.stdout.strip().splitlines()[-1])
             cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-            res[label].append((wall, cpu, summary["peak_rss_kb"]))
+            res[label].append((wall, cpu, summary["peak_rss_kb"], summary["seconds"]))
     cat = [r[0] for r in res[reference[0]]]
     for label, runs in res.items():
         ratios = [c / r[0] for c, r in zip(cat, runs)]
+        loops = [r[3] for r in runs if r[3] is not None]
+        loop = f"  loop {statistics.median(loops):.3f} s" if loops else ""
         print(f"{label:10s} wall {statistics.median(r[0] for r in runs):.3f} s  "
               f"{reference[0]}/wall {statistics.median(ratios):.2f} "
               f"({min(ratios):.2f}-{max(ratios):.2f})  CPU "
               f"{statistics.median(r[1] for r in runs):.3f} s  peak RSS "
-              f"{max(r[2] for r in runs) // 1024} MiB")
+              f"{max(r[2] for r in runs) // 1024} MiB{loop}")
 
 
 if __name__ == "__main__":
