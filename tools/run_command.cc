@@ -98,9 +98,11 @@ long peak_rss_kb() {
   return ru.ru_maxrss;
 }
 
-double cpu_seconds() {
+// User + system CPU seconds of this process (RUSAGE_SELF) or of the children it has waited
+// for (RUSAGE_CHILDREN: the worker processes of --placement local, replaced ones included).
+double cpu_seconds(int who = RUSAGE_SELF) {
   struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
+  getrusage(who, &ru);
   return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
          ru.ru_stime.tv_usec / 1e6;
 }
@@ -220,7 +222,7 @@ Result<std::string> auto_resume_dir(const std::string& checkpoint_dir, Env* env)
 int run(RunArgs args, Env* env) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
-  double cpu0 = cpu_seconds();
+  const double cpu0 = cpu_seconds(), children_cpu0 = cpu_seconds(RUSAGE_CHILDREN);
   // First, before any thread starts (tools/run_stop.h). A signal during startup (the
   // manifest scan) ends the process at once: nothing was delivered.
   StopSignals signals([](int sig) {
@@ -553,7 +555,11 @@ int run(RunArgs args, Env* env) {
     if (r.first_batch && (!first || *r.first_batch < *first)) first = r.first_batch;
   j["first_batch_seconds"] =
       first ? nlohmann::json(std::chrono::duration<double>(*first - t0).count()) : nlohmann::json();
-  j["cpu_seconds"] = cpu_seconds() - cpu0;
+  // The worker processes are gone by now (shutdown() waited for them), so their CPU counts
+  // as the children's.
+  const double worker_cpu = cpu_seconds(RUSAGE_CHILDREN) - children_cpu0;
+  j["cpu_seconds"] = cpu_seconds() - cpu0 + worker_cpu;
+  j["worker_process_cpu_seconds"] = worker_cpu;
   j["peak_rss_kb"] = peak_rss_kb();
   if (!args.device.empty()) j["device"] = args.device;
   if (opt.metrics_port >= 0) j["metrics_port"] = metrics_port;

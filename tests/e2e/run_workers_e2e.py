@@ -166,6 +166,13 @@ def case_same_batches(tmp):
         check(summary(b).get("placement") == "local", f"{name}: the summary says "
                                                       f"{summary(b).get('placement')}")
         check(summary(b).get("worker_restarts") == 0, f"{name}: restarts without a death")
+        # cpu_seconds counts the worker processes too, and says how much was theirs.
+        wcpu, cpu = summary(b).get("worker_process_cpu_seconds"), summary(b).get("cpu_seconds")
+        check(isinstance(wcpu, float) and 0 < wcpu <= cpu,
+              f"{name}: worker_process_cpu_seconds {wcpu} of cpu_seconds {cpu}")
+        check(summary(a).get("worker_process_cpu_seconds") == 0,
+              f"{name}: inproc counts {summary(a).get('worker_process_cpu_seconds')} s of "
+              "worker processes")
         if "as completed" in name:
             rows = base.read_dump(got, ranks)
             base.check_exactly_once(rows, exp, 1, 8, name)
