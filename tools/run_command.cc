@@ -92,9 +92,11 @@ struct RunControl {
 
 const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
-long peak_rss_kb() {
+// The peak RSS of this process (RUSAGE_SELF) or of the largest child it has waited for
+// (RUSAGE_CHILDREN: a worker process of --placement local).
+long peak_rss_kb(int who = RUSAGE_SELF) {
   struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
+  getrusage(who, &ru);
   return ru.ru_maxrss;
 }
 
@@ -561,6 +563,8 @@ int run(RunArgs args, Env* env) {
   j["cpu_seconds"] = cpu_seconds() - cpu0 + worker_cpu;
   j["worker_process_cpu_seconds"] = worker_cpu;
   j["peak_rss_kb"] = peak_rss_kb();
+  j["worker_process_peak_rss_kb"] =
+      opt.placement == WorkerPlacement::kLocal ? peak_rss_kb(RUSAGE_CHILDREN) : 0;
   if (!args.device.empty()) j["device"] = args.device;
   if (opt.metrics_port >= 0) j["metrics_port"] = metrics_port;
   if (!args.checkpoint_dir.empty()) {

@@ -170,6 +170,11 @@ def case_same_batches(tmp):
         wcpu, cpu = summary(b).get("worker_process_cpu_seconds"), summary(b).get("cpu_seconds")
         check(isinstance(wcpu, float) and 0 < wcpu <= cpu,
               f"{name}: worker_process_cpu_seconds {wcpu} of cpu_seconds {cpu}")
+        check(summary(b).get("worker_process_peak_rss_kb", 0) > 0,
+              f"{name}: worker_process_peak_rss_kb {summary(b).get('worker_process_peak_rss_kb')}")
+        check(summary(a).get("worker_process_peak_rss_kb") == 0,
+              f"{name}: inproc has a worker process of "
+              f"{summary(a).get('worker_process_peak_rss_kb')} KiB")
         check(summary(a).get("worker_process_cpu_seconds") == 0,
               f"{name}: inproc counts {summary(a).get('worker_process_cpu_seconds')} s of "
               "worker processes")
