@@ -13,6 +13,10 @@ namespace shardyard {
 // then next() takes and collates each step itself. With a device, the collators build
 // columns in pinned memory from the start and a DevicePrefetcher takes the batches in
 // order, queues their copies, and hands them to next().
+// Where collating reads the batch's large members from their files (`together`), the two
+// collators build one batch at a time, each reading part of its items: a batch is ready in
+// half the time, and the rank holds the columns of the batches ahead and of the trainer's,
+// not one more for a second batch being built.
 struct Loader::Epoch {
   uint32_t epoch = 0;
   uint32_t rank = 0;
@@ -44,7 +48,18 @@ struct Loader::Epoch {
   // The number of the next batch take() returns: the trainer's, or the prefetcher's copy
   // thread's (only one of them takes).
   uint64_t taken_step SY_GUARDED_BY(mu) = 0;
-  BufferPool* columns = nullptr;  // pinned pool of the device; null: the job's pool
+  BufferPool* columns = nullptr;  // the job's pool, or the device's pinned one
+  // The batch the collators build together (`together`): its builder, the items handed out
+  // to fill and those filled, and the first fill that failed.
+  struct Shared {
+    explicit Shared(BatchBuilder b) : builder(std::move(b)) {}
+    BatchBuilder builder;
+    size_t next = 0, filled = 0;  // guarded by Epoch::mu
+    Status error;                 // guarded by Epoch::mu
+  };
+  bool together = false;                             // set before the collators start
+  std::shared_ptr<Shared> shared SY_GUARDED_BY(mu);  // the batch being built together
+  CondVar all_filled;                                // its builder waits here for the helper
   std::unique_ptr<gpu::DevicePrefetcher> prefetcher;
   // Progress of batches taken by the prefetcher, until next() hands them out.
   std::map<uint64_t, StepProgress> prefetched SY_GUARDED_BY(mu);
@@ -61,6 +76,7 @@ struct Loader::Epoch {
   RoleStats* stats = nullptr;  // ... and of its loader
 
   void collate() {
+    if (together) return collate_together();
     std::vector<Item> items;
     for (;;) {
       {
@@ -72,22 +88,113 @@ struct Loader::Epoch {
       uint64_t step = 0;
       StepProgress progress;
       Result<std::optional<Batch>> out = take_and_build(items, &step, &progress);
-      const bool last = !out.is_ok() || !out->has_value();
+      hand_in(step, std::move(out), std::move(progress));
+    }
+  }
+
+  // Puts a built step (a batch, the end, or an error) where take() finds it.
+  void hand_in(uint64_t step, Result<std::optional<Batch>> out, StepProgress progress)
+      SY_EXCLUDES(mu) {
+    const bool last = !out.is_ok() || !out->has_value();
+    {
+      MutexLock lock(&mu);
+      --building;
+      if (last) taken_all = true;
+      ready.emplace(step, Ready{std::move(out), std::move(progress)});
+      board->set_ready_batches(ready.size());
+    }
+    // Wake only who can act: the trainer, and, at the end, the other collator so it exits.
+    arrived.notify_one();
+    if (last) room.notify_all();
+  }
+
+  // A collator of `together`: it helps fill the batch being built while part of it is left,
+  // else takes the next step when there is room for it (one batch built at a time).
+  void collate_together() {
+    std::vector<Item> items;
+    for (;;) {
+      std::shared_ptr<Shared> help;
       {
         MutexLock lock(&mu);
-        --building;
-        if (last) taken_all = true;
-        ready.emplace(step, Ready{std::move(out), std::move(progress)});
-        board->set_ready_batches(ready.size());
+        for (;;) {
+          if (stop) return;
+          if (shared && shared->next < shared->builder.size()) {
+            help = shared;
+            break;
+          }
+          if (taken_all) return;
+          if (building == 0 && ready.size() < depth) break;
+          room.wait(&mu);
+        }
+        if (!help) ++building;
       }
-      // Wake only who can act: the trainer, and, at the end, the other collator so it exits.
-      arrived.notify_one();
-      if (last) room.notify_all();
+      if (help) {
+        fill_part(*help);
+        continue;
+      }
+      uint64_t step = 0;
+      StepProgress progress;
+      Result<bool> got = false;
+      {
+        MutexLock take(&take_mu);
+        got = merger->take_step(&items, &step, &progress);
+      }
+      if (!got.is_ok()) {
+        hand_in(step, got.status(), std::move(progress));
+        continue;
+      }
+      if (!*got) {  // the end of the epoch
+        hand_in(step, std::optional<Batch>(), std::move(progress));
+        continue;
+      }
+      auto s = std::make_shared<Shared>(BatchBuilder(items, epoch, step, rank, *columns));
+      {
+        MutexLock lock(&mu);
+        shared = s;
+      }
+      room.notify_all();  // the other collator comes to help
+      fill_part(*s);
+      {
+        MutexLock lock(&mu);
+        while (s->filled < s->builder.size()) all_filled.wait(&mu);
+        shared.reset();
+      }
+      Result<std::optional<Batch>> out = std::optional<Batch>();
+      if (s->error.is_ok()) {
+        out = std::optional<Batch>(s->builder.finish());
+      } else {
+        out = s->error;
+      }
+      items.clear();
+      hand_in(step, std::move(out), std::move(progress));
+    }
+  }
+
+  // Fills pieces of `s` (about a sixteenth of its items each) until none is left.
+  void fill_part(Shared& s) SY_EXCLUDES(mu) {
+    const size_t n = s.builder.size(), piece = std::max<size_t>(1, n / 16);
+    for (;;) {
+      size_t begin = 0, end = 0;
+      {
+        MutexLock lock(&mu);
+        if (s.next >= n) return;
+        begin = s.next;
+        end = s.next = std::min(n, begin + piece);
+      }
+      Status st = s.builder.fill(begin, end);
+      bool done = false;
+      {
+        MutexLock lock(&mu);
+        if (!st.is_ok() && s.error.is_ok()) s.error = std::move(st);
+        s.filled += end - begin;
+        done = s.filled == n;
+      }
+      if (done) all_filled.notify_all();
     }
   }
 
   Result<Batch> build(std::vector<Item>& items, uint64_t step) const {
-    return columns ? build_batch(items, epoch, step, rank, *columns) : merger->build(items, step);
+    return build_batch(items, epoch, step, rank, *columns);
   }
 
   // The next step's items from the merger (one taker at a time), built into its batch;
@@ -347,7 +454,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   }
   e.merger = std::make_unique<RankMerger>(d.job, rank_, std::move(ticket).value(), channels, exact,
                                           route, std::move(post).value());
-  if (d.device) e.columns = d.device->columns.get();  // before any collator runs
+  e.columns = d.device ? d.device->columns.get() : job.pool.get();  // before any collator runs
   // The collators build ahead from the start where asked to, for the device's prefetcher
   // (which takes batches on a thread of its own), and where collating is where the bytes
   // are read (large members read into the batch): two collators then read at once, which a
@@ -357,7 +464,9 @@ Status Loader::start_epoch(uint32_t epoch) {
     e.ahead = true;
     e.taking_ahead = true;
   }
-  const size_t threads = std::min<size_t>(e.depth, 2);
+  // Two collators read the batch's members from their files together, whatever the depth.
+  e.together = job.collates_from_files() && !d.device && e.depth > 0;
+  const size_t threads = e.together ? 2 : std::min<size_t>(e.depth, 2);
   for (size_t t = 0; t < threads; ++t) e.collators.emplace_back([&e] { e.collate(); });
   if (d.device) {
     auto prefetcher = gpu::DevicePrefetcher::start(

@@ -109,7 +109,10 @@ struct LoaderOptions {
   // build ahead once the trainer is seen to spend time between batches (its step took
   // longer than collating a batch, three steps in a row); until then next() collates in
   // the trainer's thread, which spares two thread hand-offs per batch where the trainer
-  // waits for data anyway. `prefetch_eager` starts them building at once.
+  // waits for data anyway. `prefetch_eager` starts them building at once. Where building a
+  // batch reads its large members from local shards (read_into_batch_bytes), two collators
+  // build each batch together from the first one, at any depth above 0: a depth of 1 then
+  // holds the columns of two batches (the trainer's and the next) with two readers.
   uint32_t prefetch_batches = 2;
   bool prefetch_eager = false;
   uint32_t prefetch_packets = 4;  // packets queued per worker (each up to 128 items or 4 MiB)

@@ -7,8 +7,9 @@
 // `present` says which items have it.
 //
 // A Batch owns its buffers (returned to the pool when it is destroyed). Immutable after
-// build_batch() and after the loader attached a device copy of its columns (gpu/, through
-// set_device() before the batch is handed out); safe to read from several threads.
+// build_batch() (or BatchBuilder::finish()) and after the loader attached a device copy of its
+// columns (gpu/, through set_device() before the batch is handed out); safe to read from several
+// threads.
 #pragma once
 
 #include <cstdint>
@@ -63,8 +64,7 @@ class Batch {
   void set_device(std::shared_ptr<const BatchAttachment> d) { device_ = std::move(d); }
 
  private:
-  friend Result<Batch> build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step,
-                                   uint32_t rank, BufferPool& pool);
+  friend class BatchBuilder;
   uint32_t epoch_ = 0;
   uint64_t step_ = 0;
   uint32_t rank_ = 0;
@@ -80,5 +80,26 @@ class Batch {
 // an unread field cannot be read (the reader's error, naming the item).
 Result<Batch> build_batch(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
                           BufferPool& pool);
+
+// build_batch() in parts, so that several threads can fill one batch. The constructor lays
+// the columns out (every item's offsets, which items have each field) and takes their
+// buffers from the pool; fill(begin, end) copies or reads items [begin, end) into their
+// places, and runs on several threads at once for ranges that do not overlap; finish(),
+// once every item is filled, hands out the batch and moves the keys out of the items.
+// `items` must stay as it is until finish().
+class BatchBuilder {
+ public:
+  BatchBuilder(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
+               BufferPool& pool);
+  size_t size() const { return items_->size(); }
+  // Fails only when an unread field cannot be read (the reader's error, naming the item).
+  Status fill(size_t begin, size_t end) const;
+  Batch finish();
+
+ private:
+  std::vector<Item>* items_;
+  Batch batch_;
+  bool uniform_ = false;  // every item has the same fields, in the columns' order
+};
 
 }  // namespace shardyard

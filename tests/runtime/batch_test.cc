@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/item.h"
@@ -255,6 +257,97 @@ TEST(BuildBatch, AnUnreadFieldThatCannotBeReadFailsTheBatchNamingTheItem) {
   auto c = build_batch(orphan, 0, 0, 0, *pool);
   ASSERT_FALSE(c.is_ok());
   EXPECT_NE(c.status().message().find("'orphan'"), std::string::npos) << c.status().message();
+}
+
+// StringReader for several threads at once.
+class SharedStringReader : public FileReader {
+ public:
+  explicit SharedStringReader(std::string bytes) : bytes_(std::move(bytes)) {}
+  Status read(uint64_t offset, uint8_t* dst, size_t n) const override {
+    reads.fetch_add(1);
+    if (offset > bytes_.size() || n > bytes_.size() - offset)
+      return corrupt("test file: cut short at byte " + std::to_string(bytes_.size()));
+    std::memcpy(dst, bytes_.data() + offset, n);
+    return Status::ok();
+  }
+  mutable std::atomic<int> reads{0};
+
+ private:
+  std::string bytes_;
+};
+
+void expect_same_batch(const Batch& got, const Batch& want) {
+  EXPECT_EQ(got.epoch(), want.epoch());
+  EXPECT_EQ(got.step(), want.step());
+  EXPECT_EQ(got.rank(), want.rank());
+  EXPECT_EQ(got.keys(), want.keys());
+  EXPECT_EQ(got.item_ids(), want.item_ids());
+  ASSERT_EQ(got.columns().size(), want.columns().size());
+  for (size_t k = 0; k < want.columns().size(); ++k) {
+    const Column& g = got.columns()[k];
+    const Column& w = want.columns()[k];
+    EXPECT_EQ(g.name, w.name);
+    EXPECT_EQ(g.offsets, w.offsets);
+    EXPECT_EQ(g.present, w.present);
+    EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(g.data()), g.bytes()),
+              std::string_view(reinterpret_cast<const char*>(w.data()), w.bytes()))
+        << g.name;
+  }
+}
+
+// Items [0, n): unread "bin" fields of various sizes, "cls" in memory, and, when `ragged`,
+// a "json" field on every third item only.
+std::vector<Item> mixed_items(const std::shared_ptr<const FileReader>& reader, size_t n,
+                              bool ragged) {
+  std::vector<Item> items;
+  for (size_t i = 0; i < n; ++i) {
+    items.push_back(unread_item(i, "k" + std::to_string(i), reader, 37 * i, 100 + 13 * i));
+    if (ragged && i % 3 == 0) items.back().set_field("json", "{" + std::to_string(i) + "}");
+  }
+  return items;
+}
+
+TEST(BatchBuilder, PiecesFilledOnTwoThreadsMakeWhatBuildBatchMakes) {
+  std::string file;
+  for (int i = 0; i < 20000; ++i) file += static_cast<char>('a' + (i * 7) % 26);
+  auto reader = std::make_shared<SharedStringReader>(file);
+  auto pool = BufferPool::create();
+  for (bool ragged : {false, true}) {
+    SCOPED_TRACE(ragged ? "ragged" : "uniform");
+    std::vector<Item> once = mixed_items(reader, 41, ragged);
+    std::vector<Item> parts = mixed_items(reader, 41, ragged);
+    Batch want = build_batch(once, 3, 9, 1, *pool).value();
+    BatchBuilder builder(parts, 3, 9, 1, *pool);
+    ASSERT_EQ(builder.size(), 41u);
+    // Pieces of 3 items, taken in turn by two threads.
+    std::atomic<size_t> next{0};
+    std::atomic<int> failures{0};
+    auto work = [&] {
+      for (size_t at; (at = next.fetch_add(3)) < builder.size();)
+        if (!builder.fill(at, std::min(builder.size(), at + 3)).is_ok()) failures.fetch_add(1);
+    };
+    std::thread other(work);
+    work();
+    other.join();
+    EXPECT_EQ(failures.load(), 0);
+    expect_same_batch(builder.finish(), want);
+    EXPECT_TRUE(parts[5].key.empty()) << "finish() moves the keys out of the items";
+  }
+}
+
+TEST(BatchBuilder, APieceThatCannotBeReadFailsAloneNamingItsItem) {
+  auto reader = std::make_shared<SharedStringReader>(std::string(1000, 'x'));
+  auto pool = BufferPool::create();
+  std::vector<Item> items;
+  for (int i = 0; i < 6; ++i)
+    items.push_back(unread_item(i, "k" + std::to_string(i), reader, i == 4 ? 990 : 100 * i, 50));
+  BatchBuilder builder(items, 0, 0, 0, *pool);
+  EXPECT_TRUE(builder.fill(0, 3).is_ok());
+  Status bad = builder.fill(3, 6);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("item 'k4', field 'bin'"), std::string::npos) << bad.message();
+  // A range past the end fills nothing.
+  EXPECT_TRUE(builder.fill(6, 9).is_ok());
 }
 
 TEST(Item, ReplacingAnUnreadFieldMakesItRead) {
