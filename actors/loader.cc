@@ -52,8 +52,11 @@ struct Loader::Epoch {
   // The batch the collators build together (`together`): its builder, the items handed out
   // to fill and those filled, and the first fill that failed.
   struct Shared {
-    explicit Shared(BatchBuilder b) : builder(std::move(b)) {}
+    explicit Shared(BatchBuilder b) : builder(std::move(b)), n(builder.size()) {}
     BatchBuilder builder;
+    // The batch's items. Fixed here: a helper that comes late must not look at the items,
+    // which the builder reuses for the next step once every piece is filled.
+    const size_t n;
     size_t next = 0, filled = 0;  // guarded by Epoch::mu
     Status error;                 // guarded by Epoch::mu
   };
@@ -118,7 +121,7 @@ struct Loader::Epoch {
         MutexLock lock(&mu);
         for (;;) {
           if (stop) return;
-          if (shared && shared->next < shared->builder.size()) {
+          if (shared && shared->next < shared->n) {
             help = shared;
             break;
           }
@@ -156,7 +159,7 @@ struct Loader::Epoch {
       fill_part(*s);
       {
         MutexLock lock(&mu);
-        while (s->filled < s->builder.size()) all_filled.wait(&mu);
+        while (s->filled < s->n) all_filled.wait(&mu);
         shared.reset();
       }
       Result<std::optional<Batch>> out = std::optional<Batch>();
@@ -172,7 +175,7 @@ struct Loader::Epoch {
 
   // Fills pieces of `s` (about a sixteenth of its items each) until none is left.
   void fill_part(Shared& s) SY_EXCLUDES(mu) {
-    const size_t n = s.builder.size(), piece = std::max<size_t>(1, n / 16);
+    const size_t n = s.n, piece = std::max<size_t>(1, n / 16);
     for (;;) {
       size_t begin = 0, end = 0;
       {
