@@ -14,9 +14,9 @@ namespace shardyard {
 // columns in pinned memory from the start and a DevicePrefetcher takes the batches in
 // order, queues their copies, and hands them to next().
 // Where collating reads the batch's large members from their files (`together`), the two
-// collators build one batch at a time, each reading part of its items: a batch is ready in
-// half the time, and the rank holds the columns of the batches ahead and of the trainer's,
-// not one more for a second batch being built.
+// collators build one batch at a time, each reading part of its items: a batch is ready
+// sooner, and the rank holds the columns of the batches ahead and of the trainer's, not one
+// more for a second batch being built.
 struct Loader::Epoch {
   uint32_t epoch = 0;
   uint32_t rank = 0;

@@ -129,12 +129,11 @@ enum class ManifestCheck {
   kLayout,
   // The checksum, and the stored fingerprint taken as it is: for a manifest cache file,
   // which build_manifest() wrote (this build, or another of the same format version).
-  // Computing the fingerprint again walks
-  // every key and range through a byte-wise hash, most of the time a cached manifest takes
-  // to load (docs/performance.md, "Opening a cached manifest"). Taking it as stored is
-  // sound because decoding refuses any format version but the current one, and a change
-  // to compute_fingerprint() is a change of that version (tests/runtime/manifest_test.cc
-  // pins its value).
+  // Computing the fingerprint again walks every key and range through a byte-wise hash,
+  // most of the time a cached manifest takes to load (docs/performance.md, "Opening a
+  // cached manifest"). Taking it as stored is sound because decoding refuses any format
+  // version but the current one, and a change to compute_fingerprint() is a change of that
+  // version (tests/runtime/manifest_test.cc pins its value).
   kChecksum,
   // The checksum, and the fingerprint computed again from the content and compared with
   // the stored one: for a manifest file a user names (shardyard manifest show FILE).

@@ -242,8 +242,8 @@ TEST(ManifestFormat, RejectsAFingerprintThatDoesNotMatchTheContent) {
 }
 
 // A cache file is checked by its checksum alone: its stored fingerprint is taken as it is
-// (this build wrote it), while damage to any byte, the fingerprint's included, is still
-// refused.
+// (build_manifest() wrote it), while damage to any byte, the fingerprint's included, is
+// still refused.
 TEST(ManifestFormat, ChecksumCheckTakesTheStoredFingerprintAndRefusesDamage) {
   Manifest m = sample_manifest();
   m.fingerprint ^= 1;
