@@ -43,9 +43,25 @@ class InprocChannel : public Channel {
 
   Result<bool> pop(Packet* out) override {
     MutexLock lock(&mu_);
-    if (!ready()) {
+    while (!ready()) {
+      if (source_ != nullptr) {
+        // Pulled on this thread, outside the lock: a push, a finish() or a cancel() may
+        // come meanwhile (a cancel() cancels the source, which ends the pull).
+        std::shared_ptr<PacketSource> source = source_;
+        mu_.unlock();
+        Result<bool> got = source->pull(out);
+        mu_.lock();
+        if (got.is_ok() && *got) {
+          if (!cancelled_) return true;
+          out->items.clear();
+        }
+        // The source ended and told whoever set it, who goes on with a push, a finish()
+        // or another source.
+        if (source_ == source) source_.reset();
+        continue;
+      }
       consumer_waiting_ = true;
-      while (!ready()) not_empty_.wait(&mu_);
+      not_empty_.wait(&mu_);
       consumer_waiting_ = false;
     }
     if (!error_.is_ok()) return error_;
@@ -58,9 +74,18 @@ class InprocChannel : public Channel {
     return true;
   }
 
+  bool set_source(std::shared_ptr<PacketSource> source) override {
+    MutexLock lock(&mu_);
+    if (source != nullptr && cancelled_) source->cancel();
+    source_ = std::move(source);
+    if (consumer_waiting_) not_empty_.notify_one();
+    return true;
+  }
+
   void cancel() override {
     MutexLock lock(&mu_);
     cancelled_ = true;
+    if (source_ != nullptr) source_->cancel();
     queue_.clear();
     bytes_ = 0;
     not_full_.notify_all();
@@ -69,11 +94,11 @@ class InprocChannel : public Channel {
 
   size_t depth() const override {
     MutexLock lock(&mu_);
-    return queue_.size();
+    return queue_.size() + (source_ != nullptr ? source_->depth() : 0);
   }
   uint64_t queued_bytes() const override {
     MutexLock lock(&mu_);
-    return bytes_;
+    return bytes_ + (source_ != nullptr ? source_->queued_bytes() : 0);
   }
 
  private:
@@ -92,6 +117,7 @@ class InprocChannel : public Channel {
   bool cancelled_ SY_GUARDED_BY(mu_) = false;
   bool consumer_waiting_ SY_GUARDED_BY(mu_) = false;
   uint32_t producers_waiting_ SY_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<PacketSource> source_ SY_GUARDED_BY(mu_);
 };
 
 class InprocRoute : public Route {

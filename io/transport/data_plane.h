@@ -29,6 +29,25 @@ struct Packet {
   uint64_t bytes = 0;  // payload bytes of the items, as the producer counted them
 };
 
+// Packets a channel's consumer takes on its own thread, when the channel has none queued,
+// instead of waiting for a producer's thread to push them (Channel::set_source): a worker
+// process's shared-memory channel is popped where the rank consumes, without a hop through
+// a thread that pops it and pushes what it got.
+class PacketSource {
+ public:
+  virtual ~PacketSource() = default;
+  // The next packet (true), or false once the source has ended: it finished, failed or was
+  // cancelled, and says so to whoever set it; the channel then waits for a push, a finish()
+  // or another source. Blocks while the source has nothing.
+  virtual Result<bool> pull(Packet* out) = 0;
+  // Ends a pull() that waits, and every later one, from any thread.
+  virtual void cancel() = 0;
+  // For the monitor, from any thread while the source is set: packets waiting in it, and
+  // the bytes it keeps in use.
+  virtual size_t depth() const = 0;
+  virtual uint64_t queued_bytes() const = 0;
+};
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -43,7 +62,8 @@ class Channel {
   virtual Result<bool> pop(Packet* out) = 0;
   // The consumer gives up: blocked and later pushes return kCancelled.
   virtual void cancel() = 0;
-  // Packets queued now, and the payload bytes they hold (Packet::bytes), for the monitor.
+  // Packets queued now, and the payload bytes they hold (Packet::bytes), for the monitor
+  // (with those of a source set, PacketSource::depth()).
   virtual size_t depth() const = 0;
   virtual uint64_t queued_bytes() const = 0;
   // Producer side: where a producer may read the bytes of the items it will push, so that
@@ -53,6 +73,10 @@ class Channel {
   // Producer side: whether pushed items may have unread fields (runtime/item.h
   // Field::unread()), which the consumer reads where it builds batches.
   virtual bool takes_unread_fields() const { return false; }
+  // Producer side: lets the consumer pull packets from `source` (null: no more) while none
+  // is queued; false where the channel cannot (then the producer pushes). A cancel() of the
+  // channel cancels the source.
+  virtual bool set_source(std::shared_ptr<PacketSource> /*source*/) { return false; }
 };
 
 // A logical shard loaded whole by a rank's dispatcher and shared read-only with all of the

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -179,6 +181,140 @@ TEST(InprocChannel, EndsOnlyWhenEveryProducerFinished) {
   auto more = ch->pop(&p);
   ASSERT_TRUE(more.is_ok());
   EXPECT_FALSE(*more);
+}
+
+// A source of the packets `ids`; at their end it ends at once, or (blocking) waits for
+// cancel() first. Records the threads that pulled.
+class ListSource : public PacketSource {
+ public:
+  explicit ListSource(std::vector<uint64_t> ids, bool blocking = false)
+      : ids_(std::move(ids)), blocking_(blocking) {}
+  Result<bool> pull(Packet* out) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    threads_.insert(std::this_thread::get_id());
+    ++pulls_;
+    if (next_ < ids_.size()) {
+      *out = packet(ids_[next_++]);
+      return true;
+    }
+    if (blocking_)
+      while (!cancelled_) cv_.wait(lock);
+    return false;
+  }
+  void cancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+  size_t depth() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ids_.size() - next_;
+  }
+  uint64_t queued_bytes() const override { return 100 * depth(); }
+  std::set<std::thread::id> threads() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+  int pulls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pulls_;
+  }
+  bool cancelled() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+
+ private:
+  const std::vector<uint64_t> ids_;
+  const bool blocking_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  size_t next_ = 0;
+  int pulls_ = 0;
+  bool cancelled_ = false;
+  std::set<std::thread::id> threads_;
+};
+
+uint64_t pop_id(Channel& ch) {
+  Packet p;
+  auto more = ch.pop(&p);
+  EXPECT_TRUE(more.is_ok() && *more);
+  return more.is_ok() && *more ? p.items.at(0).id : UINT64_MAX;
+}
+
+TEST(InprocChannel, TheConsumerPullsFromASourceOnItsOwnThreadAfterWhatIsQueued) {
+  auto ch = inproc_data_plane()->open_channel("c", 1, 4);
+  ASSERT_TRUE(ch->push(packet(1)).is_ok());
+  auto source = std::make_shared<ListSource>(std::vector<uint64_t>{2, 3});
+  ASSERT_TRUE(ch->set_source(source));
+  EXPECT_EQ(ch->depth(), 3u) << "one queued, two in the source";
+  EXPECT_EQ(ch->queued_bytes(), 200u) << "the source's bytes (the packet pushed counts none)";
+  std::vector<uint64_t> got;
+  std::thread consumer([&] {
+    for (int i = 0; i < 3; ++i) got.push_back(pop_id(*ch));
+  });
+  const auto consumer_id = consumer.get_id();
+  consumer.join();
+  EXPECT_EQ(got, (std::vector<uint64_t>{1, 2, 3})) << "the queued packet first";
+  EXPECT_EQ(source->threads(), std::set<std::thread::id>{consumer_id});
+  EXPECT_EQ(ch->depth(), 0u);
+}
+
+TEST(InprocChannel, AfterItsSourceEndsTheConsumerWaitsForAPushAndTheEnd) {
+  auto ch = inproc_data_plane()->open_channel("c", 1, 4);
+  auto source = std::make_shared<ListSource>(std::vector<uint64_t>{1});
+  ASSERT_TRUE(ch->set_source(source));
+  std::vector<uint64_t> got;
+  std::atomic<bool> ended{false};
+  std::thread consumer([&] {
+    got.push_back(pop_id(*ch));
+    got.push_back(pop_id(*ch));  // the source ends here: it waits for the push
+    Packet p;
+    auto more = ch->pop(&p);
+    EXPECT_TRUE(more.is_ok() && !*more);
+    ended = true;
+  });
+  pause();
+  EXPECT_FALSE(ended);
+  const int pulls = source->pulls();
+  EXPECT_EQ(pulls, 2) << "one packet, then its end; an ended source is not pulled again";
+  ASSERT_TRUE(ch->push(packet(2)).is_ok());
+  ch->finish(Status::ok());
+  consumer.join();
+  EXPECT_EQ(got, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(source->pulls(), pulls);
+  EXPECT_FALSE(source->cancelled());
+}
+
+TEST(InprocChannel, ANewSourceWakesAConsumerThatWaits) {
+  auto ch = inproc_data_plane()->open_channel("c", 1, 4);
+  uint64_t got = 0;
+  std::thread consumer([&] { got = pop_id(*ch); });
+  pause();
+  ASSERT_TRUE(ch->set_source(std::make_shared<ListSource>(std::vector<uint64_t>{7})));
+  consumer.join();
+  EXPECT_EQ(got, 7u);
+  ASSERT_TRUE(ch->set_source(nullptr));
+  EXPECT_EQ(ch->depth(), 0u);
+}
+
+TEST(InprocChannel, CancelEndsAPullThatWaitsAndCancelsALaterSource) {
+  auto ch = inproc_data_plane()->open_channel("c", 1, 4);
+  auto source = std::make_shared<ListSource>(std::vector<uint64_t>{}, /*blocking=*/true);
+  ASSERT_TRUE(ch->set_source(source));
+  Status result;
+  std::thread consumer([&] {
+    Packet p;
+    result = ch->pop(&p).status();
+  });
+  pause();
+  ch->cancel();
+  consumer.join();
+  EXPECT_TRUE(source->cancelled());
+  EXPECT_EQ(result.code(), StatusCode::kCancelled);
+  auto later = std::make_shared<ListSource>(std::vector<uint64_t>{1});
+  ASSERT_TRUE(ch->set_source(later));
+  EXPECT_TRUE(later->cancelled()) << "a source set on a cancelled channel";
 }
 
 TEST(InprocDataPlane, ProducersAttachToAnOpenChannelByName) {
