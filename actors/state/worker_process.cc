@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -288,6 +290,87 @@ void read_control(std::shared_ptr<io::UnixSocket> control, std::shared_ptr<io::R
   }
 }
 
+// A unit's shared-memory channel popped by the rank's consumer on its own thread
+// (io::PacketSource, set on the rank's channel), while the runner's thread waits for the
+// process to answer or die; then the runner takes the channel back and hands over the rest
+// itself. Every packet pulled is checked and counted as handed over (hand_over) under the
+// lock that take_back() takes, so the runner reads the counts after the last pull.
+class PulledChannel : public io::PacketSource {
+ public:
+  PulledChannel(io::ShmConsumer& in, std::function<Status(const io::Packet&)> hand_over)
+      : in_(in), hand_over_(std::move(hand_over)) {
+    ended_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  }
+
+  Result<bool> pull(io::Packet* out) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (state_ != State::kOpen) return false;
+      pulling_ = true;
+    }
+    Result<bool> more = in_.pop(out);
+    std::lock_guard<std::mutex> lock(mu_);
+    pulling_ = false;
+    if (more.is_ok() && *more) {
+      Status handed = hand_over_(*out);
+      if (handed.is_ok()) {
+        if (state_ != State::kOpen) pulled_.notify_all();
+        return true;
+      }
+      out->items.clear();
+      failed_ = std::move(handed);
+    } else if (!more.is_ok()) {
+      pop_error_ = more.status();
+    }
+    // The end of the channel (finished, failed, or the process died), as the runner's own
+    // pops would have seen it.
+    state_ = State::kEnded;
+    pulled_.notify_all();
+    const uint64_t one = 1;
+    (void)!::write(ended_fd_.get(), &one, sizeof one);
+    return false;
+  }
+
+  // False when the eventfd could not be made: then the runner pops as before.
+  bool usable() const { return ended_fd_.valid(); }
+  void cancel() override { in_.cancel(); }
+  size_t depth() const override { return in_.depth(); }
+  uint64_t queued_bytes() const override { return in_.held_bytes(); }
+
+  // Waits until the channel ended in a pull, or `control` (the process's control socket)
+  // is readable: its done frame came, or it died.
+  void wait(int control) {
+    for (;;) {
+      pollfd p[2] = {{control, POLLIN, 0}, {ended_fd_.get(), POLLIN, 0}};
+      if (::poll(p, 2, 1000) > 0 && (p[0].revents != 0 || p[1].revents != 0)) return;
+    }
+  }
+
+  // Takes the channel back once no pull is under way: true when a pull saw it end (with
+  // *pop_error as the runner's pop would have had it), false when the runner pops the
+  // rest; *failed is a packet the check refused.
+  bool take_back(Status* pop_error, Status* failed) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (state_ == State::kOpen) state_ = State::kTaken;
+    while (pulling_) pulled_.wait(lock);
+    *pop_error = pop_error_;
+    *failed = failed_;
+    return state_ == State::kEnded;
+  }
+
+ private:
+  enum class State { kOpen, kTaken, kEnded };
+  io::ShmConsumer& in_;
+  const std::function<Status(const io::Packet&)> hand_over_;
+  io::UniqueFd ended_fd_;  // eventfd: readable once a pull saw the end
+  std::mutex mu_;
+  std::condition_variable pulled_;
+  State state_ = State::kOpen;  // guarded by mu_
+  bool pulling_ = false;        // guarded by mu_
+  Status pop_error_;            // guarded by mu_
+  Status failed_;               // guarded by mu_
+};
+
 class ProcessRunner : public UnitRunner {
  public:
   ProcessRunner(std::shared_ptr<WorkerLaunch> launch, std::shared_ptr<const JobData> job,
@@ -509,19 +592,11 @@ ProcessRunner::Outcome ProcessRunner::attempt(
     std::thread(read_control, control_, feed->route(), promise).detach();
   }
   auto& in = **consumer;
-  Status pop_error;
-  for (;;) {
-    io::Packet packet;
-    Result<bool> more = in.pop(&packet);
-    if (!more.is_ok()) {
-      pop_error = more.status();
-      break;
-    }
-    if (!*more) break;
-    // Counted once the rank's channel took the packet: the next process starts after it.
+  // Checks a packet popped from the worker process and counts it as handed over (the next
+  // process starts after it). Called on the thread that hands it to the rank's channel.
+  auto hand_over = [&](const io::Packet& packet) -> Status {
     std::vector<std::pair<size_t, uint64_t>> taken;
     std::shared_ptr<const std::string> state;
-    const uint64_t items = packet.items.size(), bytes = packet.bytes;
     uint64_t last_position = 0;
     for (const auto& item : packet.items) {
       last_position = item.position;
@@ -529,11 +604,46 @@ ProcessRunner::Outcome ProcessRunner::attempt(
       if (feed) continue;
       auto it = slot.find(item.shard);
       if (it == slot.end())
-        return fail(corrupt(who() + " handed over item '" + item.key + "' of logical shard " +
-                            std::to_string(item.shard) + ", which is not in its unit"));
+        return corrupt(who() + " handed over item '" + item.key + "' of logical shard " +
+                       std::to_string(item.shard) + ", which is not in its unit");
       if (taken.empty() || taken.back().first != it->second) taken.emplace_back(it->second, 0);
       ++taken.back().second;
     }
+    const uint64_t items = packet.items.size(), bytes = packet.bytes;
+    for (const auto& [i, n] : taken) rest->consumed[i] += n;
+    if (feed && items > 0) feed->handed(last_position);
+    if (state) *last_state = std::move(state);
+    stats->items += items;
+    stats->bytes += bytes;
+    if (stats_) stats_->add(items, bytes);
+    return Status::ok();
+  };
+  Status pop_error;
+  bool drain = true;
+  if (!feed) {
+    // The rank's consumer pops the channel itself while the unit runs (no hop through this
+    // thread per packet); this thread takes it back once the process answered or died,
+    // and hands over what is left of it.
+    auto source = std::make_shared<PulledChannel>(in, hand_over);
+    if (source->usable() && channel.set_source(source)) {
+      source->wait(control_->fd());
+      channel.set_source(nullptr);
+      Status failed;
+      drain = !source->take_back(&pop_error, &failed);
+      if (!failed.is_ok()) return fail(std::move(failed));
+    }
+  }
+  while (drain) {
+    io::Packet packet;
+    Result<bool> more = in.pop(&packet);
+    if (!more.is_ok()) {
+      pop_error = more.status();
+      break;
+    }
+    if (!*more) break;
+    // Counted before the push: a push that fails fails the unit, counts and all.
+    Status handed = hand_over(packet);
+    if (!handed.is_ok()) return fail(std::move(handed));
     Status pushed = channel.push(std::move(packet));
     if (!pushed.is_ok()) {
       // The loader gave up on the epoch: the worker's next push fails and it answers.
@@ -541,12 +651,6 @@ ProcessRunner::Outcome ProcessRunner::attempt(
       if (!feed) (void)await_done(10000, &done);
       return fail(pushed);
     }
-    for (const auto& [i, n] : taken) rest->consumed[i] += n;
-    if (feed && items > 0) feed->handed(last_position);
-    if (state) *last_state = std::move(state);
-    stats->items += items;
-    stats->bytes += bytes;
-    if (stats_) stats_->add(items, bytes);
   }
   const int wait_ms = pop_error.is_ok() ? 60000 : 5000;
   Result<io::UnixSocket::Received> got = io::UnixSocket::Received::kTimeout;
