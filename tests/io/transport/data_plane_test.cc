@@ -26,6 +26,19 @@ Packet packet(uint64_t id) {
 
 void pause() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
 
+// What a pop() under way on another thread returns when the channel is cancelled.
+Status cancel_while_popping(Channel& ch) {
+  Status result;
+  std::thread consumer([&] {
+    Packet p;
+    result = ch.pop(&p).status();
+  });
+  pause();
+  ch.cancel();
+  consumer.join();
+  return result;
+}
+
 TEST(InprocChannel, DeliversPacketsInOrderThenEnds) {
   auto plane = inproc_data_plane();
   EXPECT_STREQ(plane->kind(), "inproc");
@@ -149,15 +162,7 @@ TEST(InprocChannel, CancelUnblocksABlockedProducerWithCancelled) {
 
 TEST(InprocChannel, CancelUnblocksABlockedConsumer) {
   auto ch = inproc_data_plane()->open_channel("c", 1, 1);
-  Status result;
-  std::thread consumer([&] {
-    Packet p;
-    result = ch->pop(&p).status();
-  });
-  pause();
-  ch->cancel();
-  consumer.join();
-  EXPECT_EQ(result.code(), StatusCode::kCancelled);
+  EXPECT_EQ(cancel_while_popping(*ch).code(), StatusCode::kCancelled);
 }
 
 TEST(InprocChannel, EndsOnlyWhenEveryProducerFinished) {
@@ -302,16 +307,8 @@ TEST(InprocChannel, CancelEndsAPullThatWaitsAndCancelsALaterSource) {
   auto ch = inproc_data_plane()->open_channel("c", 1, 4);
   auto source = std::make_shared<ListSource>(std::vector<uint64_t>{}, /*blocking=*/true);
   ASSERT_TRUE(ch->set_source(source));
-  Status result;
-  std::thread consumer([&] {
-    Packet p;
-    result = ch->pop(&p).status();
-  });
-  pause();
-  ch->cancel();
-  consumer.join();
+  EXPECT_EQ(cancel_while_popping(*ch).code(), StatusCode::kCancelled);
   EXPECT_TRUE(source->cancelled());
-  EXPECT_EQ(result.code(), StatusCode::kCancelled);
   auto later = std::make_shared<ListSource>(std::vector<uint64_t>{1});
   ASSERT_TRUE(ch->set_source(later));
   EXPECT_TRUE(later->cancelled()) << "a source set on a cancelled channel";
