@@ -74,7 +74,10 @@ class InprocChannel : public Channel {
     return true;
   }
 
+  // Only with one producer: the consumer pulls from the source while the queue is empty,
+  // and a second producer's packets would wait behind a pull that waits.
   bool set_source(std::shared_ptr<PacketSource> source) override {
+    if (producers_ != 1) return false;
     MutexLock lock(&mu_);
     if (source != nullptr && cancelled_) source->cancel();
     source_ = std::move(source);

@@ -74,8 +74,9 @@ class Channel {
   // Field::unread()), which the consumer reads where it builds batches.
   virtual bool takes_unread_fields() const { return false; }
   // Producer side: lets the consumer pull packets from `source` (null: no more) while none
-  // is queued; false where the channel cannot (then the producer pushes). A cancel() of the
-  // channel cancels the source.
+  // is queued; false where the channel cannot (then the producer pushes): the in-process
+  // channel takes a source only when it has one producer. A cancel() of the channel
+  // cancels the source.
   virtual bool set_source(std::shared_ptr<PacketSource> /*source*/) { return false; }
 };
 

@@ -183,6 +183,17 @@ def case_same_batches(tmp):
             base.check_exactly_once(rows, exp, 1, 8, name)
         else:
             same_rows(ref, got, ranks, name)
+    # As completed, with more packets per worker than it may have in flight: the workers
+    # share one channel of the loader, which must not wait on one worker's process while
+    # another's packets are ready (a loader that pulled one worker's channel hung here).
+    many, many_exp = dataset(os.path.join(tmp, "many"), samples=400)
+    got = os.path.join(tmp, "got-as-completed-many")
+    b = run(base.ARGS.shardyard, many, got, "--workers", "2", "--order", "as_completed",
+            "--placement", "local")
+    check(b.returncode == 0, f"as completed, many packets: {b.stderr[-400:]}")
+    if b.returncode == 0:
+        base.check_exactly_once(base.read_dump(got, 1), many_exp, 1, 8,
+                                "as completed, many packets")
     # Large samples of 1 byte to 400 KB: fields of 64 KiB and more that a worker reads from
     # its shards by mapping cross as ranges of the shard files, which the rank maps itself;
     # smaller ones, and items a dispatcher hands out, through arenas.

@@ -303,6 +303,15 @@ TEST(InprocChannel, ANewSourceWakesAConsumerThatWaits) {
   EXPECT_EQ(ch->depth(), 0u);
 }
 
+TEST(InprocChannel, AChannelOfSeveralProducersTakesNoSource) {
+  auto ch = inproc_data_plane()->open_channel("c", 2, 4);
+  auto source = std::make_shared<ListSource>(std::vector<uint64_t>{1});
+  EXPECT_FALSE(ch->set_source(source)) << "a pull would hold up the other producer's packets";
+  ASSERT_TRUE(ch->push(packet(2)).is_ok());
+  EXPECT_EQ(pop_id(*ch), 2u);
+  EXPECT_EQ(source->pulls(), 0);
+}
+
 TEST(InprocChannel, CancelEndsAPullThatWaitsAndCancelsALaterSource) {
   auto ch = inproc_data_plane()->open_channel("c", 1, 4);
   auto source = std::make_shared<ListSource>(std::vector<uint64_t>{}, /*blocking=*/true);
