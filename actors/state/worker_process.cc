@@ -623,7 +623,9 @@ ProcessRunner::Outcome ProcessRunner::attempt(
   if (!feed) {
     // The rank's consumer pops the channel itself while the unit runs (no hop through this
     // thread per packet); this thread takes it back once the process answered or died,
-    // and hands over what is left of it.
+    // and hands over what is left of it. Not where the workers share the rank's channel
+    // (as-completed order: set_source() refuses), nor with a feed, whose thread reads the
+    // control socket.
     auto source = std::make_shared<PulledChannel>(in, hand_over);
     if (source->usable() && channel.set_source(source)) {
       source->wait(control_->fd());
