@@ -38,7 +38,8 @@ class PacketSource {
   virtual ~PacketSource() = default;
   // The next packet (true), or false once the source has ended: it finished, failed or was
   // cancelled, and says so to whoever set it; the channel then waits for a push, a finish()
-  // or another source. Blocks while the source has nothing.
+  // or another source (an error returned counts as the end too: the channel does not
+  // report it). Blocks while the source has nothing.
   virtual Result<bool> pull(Packet* out) = 0;
   // Ends a pull() that waits, and every later one, from any thread.
   virtual void cancel() = 0;
