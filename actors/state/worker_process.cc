@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -12,7 +11,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +23,7 @@
 
 #include "actors/state/status_board.h"
 #include "actors/state/worker_frames.h"
+#include "io/transport/pulled_channel.h"
 #include "io/transport/shm_channel.h"
 #include "io/transport/shm_frames.h"
 #include "io/transport/shm_shard.h"
@@ -290,87 +289,6 @@ void read_control(std::shared_ptr<io::UnixSocket> control, std::shared_ptr<io::R
   }
 }
 
-// A unit's shared-memory channel popped by the rank's consumer on its own thread
-// (io::PacketSource, set on the rank's channel), while the runner's thread waits for the
-// process to answer or die; then the runner takes the channel back and hands over the rest
-// itself. Every packet pulled is checked and counted as handed over (hand_over) under the
-// lock that take_back() takes, so the runner reads the counts after the last pull.
-class PulledChannel : public io::PacketSource {
- public:
-  PulledChannel(io::ShmConsumer& in, std::function<Status(const io::Packet&)> hand_over)
-      : in_(in), hand_over_(std::move(hand_over)) {
-    ended_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  }
-
-  Result<bool> pull(io::Packet* out) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (state_ != State::kOpen) return false;
-      pulling_ = true;
-    }
-    Result<bool> more = in_.pop(out);
-    std::lock_guard<std::mutex> lock(mu_);
-    pulling_ = false;
-    if (more.is_ok() && *more) {
-      Status handed = hand_over_(*out);
-      if (handed.is_ok()) {
-        if (state_ != State::kOpen) pulled_.notify_all();
-        return true;
-      }
-      out->items.clear();
-      failed_ = std::move(handed);
-    } else if (!more.is_ok()) {
-      pop_error_ = more.status();
-    }
-    // The end of the channel (finished, failed, or the process died), as the runner's own
-    // pops would have seen it.
-    state_ = State::kEnded;
-    pulled_.notify_all();
-    const uint64_t one = 1;
-    (void)!::write(ended_fd_.get(), &one, sizeof one);
-    return false;
-  }
-
-  // False when the eventfd could not be made: then the runner pops as before.
-  bool usable() const { return ended_fd_.valid(); }
-  void cancel() override { in_.cancel(); }
-  size_t depth() const override { return in_.depth(); }
-  uint64_t queued_bytes() const override { return in_.held_bytes(); }
-
-  // Waits until the channel ended in a pull, or `control` (the process's control socket)
-  // is readable: its done frame came, or it died.
-  void wait(int control) {
-    for (;;) {
-      pollfd p[2] = {{control, POLLIN, 0}, {ended_fd_.get(), POLLIN, 0}};
-      if (::poll(p, 2, 1000) > 0 && (p[0].revents != 0 || p[1].revents != 0)) return;
-    }
-  }
-
-  // Takes the channel back once no pull is under way: true when a pull saw it end (with
-  // *pop_error as the runner's pop would have had it), false when the runner pops the
-  // rest; *failed is a packet the check refused.
-  bool take_back(Status* pop_error, Status* failed) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (state_ == State::kOpen) state_ = State::kTaken;
-    while (pulling_) pulled_.wait(lock);
-    *pop_error = pop_error_;
-    *failed = failed_;
-    return state_ == State::kEnded;
-  }
-
- private:
-  enum class State { kOpen, kTaken, kEnded };
-  io::ShmConsumer& in_;
-  const std::function<Status(const io::Packet&)> hand_over_;
-  io::UniqueFd ended_fd_;  // eventfd: readable once a pull saw the end
-  std::mutex mu_;
-  std::condition_variable pulled_;
-  State state_ = State::kOpen;  // guarded by mu_
-  bool pulling_ = false;        // guarded by mu_
-  Status pop_error_;            // guarded by mu_
-  Status failed_;               // guarded by mu_
-};
-
 class ProcessRunner : public UnitRunner {
  public:
   ProcessRunner(std::shared_ptr<WorkerLaunch> launch, std::shared_ptr<const JobData> job,
@@ -626,7 +544,7 @@ ProcessRunner::Outcome ProcessRunner::attempt(
     // and hands over what is left of it. Not where the workers share the rank's channel
     // (as-completed order: set_source() refuses), nor with a feed, whose thread reads the
     // control socket.
-    auto source = std::make_shared<PulledChannel>(in, hand_over);
+    auto source = std::make_shared<io::PulledChannel>(in, hand_over);
     if (source->usable() && channel.set_source(source)) {
       source->wait(control_->fd());
       channel.set_source(nullptr);
