@@ -117,7 +117,7 @@ struct LoaderOptions {
   bool prefetch_eager = false;
   // Packets queued per worker (each up to 128 items or 4 MiB). Each also holds the chunks
   // its items were read from until they are collated: 3 rather than 4 took a small-sample
-  // run's peak RSS from 41 to 33 MiB (docs/performance.md, proposal 5).
+  // run's peak RSS from 41 to 34 MiB (docs/performance.md, proposal 5).
   uint32_t prefetch_packets = 3;
   // What the job takes from the process (actors/env.h); null = Env::Default(). Its file
   // system serves every source and receives checkpoints: by default local paths, http://,
