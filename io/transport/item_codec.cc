@@ -1,6 +1,7 @@
 #include "io/transport/item_codec.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <utility>
 
@@ -20,17 +21,18 @@ bool fail(std::string* error, std::string message) {
   return false;
 }
 
-// ByteWriter's encodings (runtime/codec.h), a whole number per append: encode_item runs for
-// every item of every packet.
-void put(std::string& out, uint64_t v, int bytes) {
-  char b[8];
-  for (int i = 0; i < bytes; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out.append(b, static_cast<size_t>(bytes));
+// ByteWriter's encodings (runtime/codec.h), written through a cursor into room sized
+// once (encoded_item_bytes): encode_item runs for every item of every packet, where an
+// append per number cost more than the numbers.
+char* put(char* at, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return at + bytes;
 }
 
-void put_str(std::string& out, std::string_view s) {
-  put(out, s.size(), 4);
-  out.append(s);
+char* put_str(char* at, std::string_view s) {
+  at = put(at, s.size(), 4);
+  if (!s.empty()) std::memcpy(at, s.data(), s.size());
+  return at + s.size();
 }
 
 }  // namespace
@@ -67,6 +69,11 @@ const ArenaBytes* chunk_of(const Item& item, const void* arena) {
   if (arena == nullptr) return nullptr;
   const ArenaBytes* chunk = arena_bytes_of(item.owner);
   return chunk != nullptr && chunk->arena == arena ? chunk : nullptr;
+}
+
+// The same pointer with the same control block (so the same deleter).
+bool same_owner(const std::shared_ptr<const void>& a, const std::shared_ptr<const void>& b) {
+  return a.get() == b.get() && !a.owner_before(b) && !b.owner_before(a);
 }
 
 // The deleter type marks an owner made by arena_bytes_owner() (as FileBytesDeleter does in
@@ -114,9 +121,17 @@ void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan
   plan->scratch.clear();
   plan->bytes = 0;
   bool sorted = true;
+  // Items of one chunk share their owner: look its kind up once per owner, not per item
+  // (each lookup is a type comparison of the deleter).
+  const std::shared_ptr<const void>* owner = nullptr;
+  const FileBytes* file = nullptr;
+  const ArenaBytes* chunk = nullptr;
   for (size_t i = 0; i < n; ++i) {
-    const FileBytes* file = file_field_bytes > 0 ? file_bytes_of(items[i].owner) : nullptr;
-    const ArenaBytes* chunk = chunk_of(items[i], arena);
+    if (owner == nullptr || !same_owner(*owner, items[i].owner)) {
+      owner = &items[i].owner;
+      file = file_field_bytes > 0 ? file_bytes_of(items[i].owner) : nullptr;
+      chunk = chunk_of(items[i], arena);
+    }
     plan->item_sources.push_back(kNoSource);
     for (const auto& f : items[i].fields) {
       const size_t index = plan->field_offsets.size();
@@ -178,41 +193,63 @@ uint64_t encoded_item_bytes(const Item& item, bool source) {
   return n;
 }
 
-void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* w, const uint8_t* places,
+namespace {
+
+// Writes item's descriptor at `at`, encoded_item_bytes(item, source != kNoSource) long.
+char* write_item(char* at, const Item& item, const uint64_t* offsets, const uint8_t* places,
                  uint32_t source) {
-  std::string& out = w->out;
-  put(out, item.id, 8);
-  put(out, item.shard, 4);
-  put(out, item.position, 8);
-  put(out, item.worker, 4);
-  put_str(out, item.key);
-  put(out, item.fields.size(), 4);
+  at = put(at, item.id, 8);
+  at = put(at, item.shard, 4);
+  at = put(at, item.position, 8);
+  at = put(at, item.worker, 4);
+  at = put_str(at, item.key);
+  at = put(at, item.fields.size(), 4);
   for (size_t i = 0; i < item.fields.size(); ++i) {
-    put_str(out, item.fields[i].name);
-    out.push_back(static_cast<char>(places == nullptr ? kPlaceRegion : places[i]));
-    put(out, offsets[i], 8);
-    put(out, item.fields[i].size, 8);
+    at = put_str(at, item.fields[i].name);
+    *at++ = static_cast<char>(places == nullptr ? kPlaceRegion : places[i]);
+    at = put(at, offsets[i], 8);
+    at = put(at, item.fields[i].size, 8);
   }
   const uint8_t flags = (item.stage_state ? kHasStageState : 0) |
                         (item.dispatch_state ? kHasDispatchState : 0) |
                         (source != kNoSource ? kHasSource : 0);
-  out.push_back(static_cast<char>(flags));
-  if (source != kNoSource) put(out, source, 4);
-  if (item.stage_state) put_str(out, *item.stage_state);
-  if (item.dispatch_state) put_str(out, *item.dispatch_state);
+  *at++ = static_cast<char>(flags);
+  if (source != kNoSource) at = put(at, source, 4);
+  if (item.stage_state) at = put_str(at, *item.stage_state);
+  if (item.dispatch_state) at = put_str(at, *item.dispatch_state);
+  return at;
+}
+
+}  // namespace
+
+void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* w, const uint8_t* places,
+                 uint32_t source) {
+  std::string& out = w->out;
+  const size_t at = out.size();
+  out.resize(at + encoded_item_bytes(item, source != kNoSource));
+  [[maybe_unused]] const char* end = write_item(out.data() + at, item, offsets, places, source);
+  assert(end == out.data() + out.size());
 }
 
 void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out) {
-  out->u32(kItemCodecVersion);
-  out->u32(static_cast<uint32_t>(n));
-  size_t field = 0;
   const bool placed = plan.field_places.size() == plan.field_offsets.size();
+  auto source_of = [&](size_t i) {
+    return i < plan.item_sources.size() ? plan.item_sources[i] : kNoSource;
+  };
+  uint64_t bytes = 8;
+  for (size_t i = 0; i < n; ++i) bytes += encoded_item_bytes(items[i], source_of(i) != kNoSource);
+  std::string& s = out->out;
+  const size_t start = s.size();
+  s.resize(start + bytes);
+  char* at = put(s.data() + start, kItemCodecVersion, 4);
+  at = put(at, n, 4);
+  size_t field = 0;
   for (size_t i = 0; i < n; ++i) {
-    encode_item(items[i], plan.field_offsets.data() + field, out,
-                placed ? plan.field_places.data() + field : nullptr,
-                i < plan.item_sources.size() ? plan.item_sources[i] : kNoSource);
+    at = write_item(at, items[i], plan.field_offsets.data() + field,
+                    placed ? plan.field_places.data() + field : nullptr, source_of(i));
     field += items[i].fields.size();
   }
+  assert(at == s.data() + s.size());
 }
 
 namespace {

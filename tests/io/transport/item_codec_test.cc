@@ -552,6 +552,30 @@ TEST(ItemCodec, FieldsInTheDataArenaAreNamedByTheirPlaceThere) {
   EXPECT_EQ(done, 3) << "each chunk's `done` runs once, with its last holder";
 }
 
+TEST(ItemCodec, AnOwnerIsKnownByItsControlBlockNotOnlyItsPointer) {
+  // plan_payload() looks an owner's kind up once for consecutive items of one owner. An
+  // owner that aliases the same pointer with another control block (not an ArenaBytes
+  // deleter) is another owner: its fields are copied, not named in the arena.
+  std::string arena(8192, 'a');
+  uint8_t* ring = reinterpret_cast<uint8_t*>(arena.data());
+  const int kArena = 0;
+  auto chunk = arena_bytes_owner(ArenaBytes{&kArena, ring, 8192, 0, 3}, {});
+  const std::shared_ptr<const void> alias(std::make_shared<int>(0), chunk.get());
+  std::vector<Item> items(3);
+  items[0].owner = chunk;
+  items[0].set_field_view("bin", ring, 100);
+  items[1].owner = alias;
+  items[1].set_field_view("bin", ring + 200, 100);
+  items[2].owner = chunk;
+  items[2].set_field_view("bin", ring + 400, 100);
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan, 0, &kArena);
+  EXPECT_EQ(plan.field_places, (std::vector<uint8_t>{kPlaceArena, kPlaceRegion, kPlaceArena}));
+  EXPECT_EQ(plan.field_offsets[2], 400u);
+  EXPECT_EQ(plan.bytes, 128u) << "item 1's field alone is copied";
+  EXPECT_EQ(plan.arena_slots, (std::vector<uint32_t>{3}));
+}
+
 std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
   // Fields view one buffer in address order, so the layout does not depend on the heap.
   static const std::string buf(16384, 'v');
