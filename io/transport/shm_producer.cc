@@ -124,11 +124,16 @@ struct ShmProducer::Impl {
         format_bytes(ring.capacity()) + "; raise the arena size or make packets smaller");
   }
 
-  // Places items[0..n) in one run and sends its frame.
-  Status send_run(const Item* items, size_t n, bool last) {
+  // Lays items[0..n) out as one run (plan, descriptors); returns the run's arena bytes.
+  uint64_t lay_out_run(const Item* items, size_t n) {
     plan_payload(items, n, kArenaAlign, &plan, hello.file_field_bytes, chunks_id());
     descriptors.out.clear();
     encode_items(items, n, plan, &descriptors);
+    return align_arena(align_arena(plan.bytes) + descriptors.out.size());
+  }
+
+  // Places the run lay_out_run() laid out for items[0..n) and sends its frame.
+  Status send_run(const Item* items, size_t n, bool last) {
     const uint64_t descriptor_offset = align_arena(plan.bytes);
     const uint64_t bytes = align_arena(descriptor_offset + descriptors.out.size());
     if (bytes > ring.capacity())
@@ -172,7 +177,9 @@ struct ShmProducer::Impl {
     std::lock_guard<std::mutex> lock(mu);
     if (finished) return invalid_argument(name() + ": push() after finish()");
     if (!broken.is_ok()) return broken;
-    SY_RETURN_IF_ERROR(drain());
+    // The loader's frames are read where the producer waits (wait_until) and where a send
+    // fails: a cancel also shows in the header, and credits only wake a waiting producer,
+    // so a read per packet here would be a system call that finds nothing.
     if (is_cancelled()) return cancelled_status();
     SY_RETURN_IF_ERROR(wait_until(
         [&]() -> Result<bool> {
@@ -186,6 +193,11 @@ struct ShmProducer::Impl {
     const auto& items = packet.items;
     if (items.empty()) {
       SY_RETURN_IF_ERROR(send({kRun, encode(RunFrame{0, 0, 0, 0, 0, RunFrame::kLastRun, {}}), {}}));
+    } else if (lay_out_run(items.data(), items.size()) <= hello.max_run_bytes) {
+      // Most packets are one run: laid out whole first, split below only when too large.
+      SY_RETURN_IF_ERROR(send_run(items.data(), items.size(), true));
+      header().sent.store(++sent);
+      return Status::ok();
     }
     // Runs of consecutive items of at most max_run_bytes (an item alone may take more).
     runs.clear();
@@ -206,6 +218,7 @@ struct ShmProducer::Impl {
     // The loader pops a packet once all its runs are in: the arena must hold them at once.
     if (total > ring.capacity()) SY_RETURN_IF_ERROR(check_fits(items));
     for (const auto& [i, j] : runs) {
+      lay_out_run(items.data() + i, j - i);
       Status s = send_run(items.data() + i, j - i, j == items.size());
       if (s.is_ok()) continue;
       // Runs of this packet went out: the next packet's runs must not be taken for its
