@@ -222,6 +222,21 @@ struct ShmConsumer::Impl {
         l->credit();
         return true;
       }
+      // A producer that counts a packet sent and not popped has sent its frames already:
+      // they are read without a poll first (a system call per packet). A count that
+      // frames do not follow (a broken producer) falls through to the poll and its timeout.
+      bool took = false;
+      for (size_t i = 0; i < links.size() && !took; ++i) {
+        const auto& l = links[(next + i) % links.size()];
+        if (l->finished || l->arena->header().sent.load() <= l->popped) continue;
+        Status s = take_frames(l);
+        if (!s.is_ok()) fail(std::move(s));
+        took = !s.is_ok() || !ready.empty();
+      }
+      if (took) {
+        next = (next + 1) % links.size();
+        continue;
+      }
       fds.clear();
       polled.clear();
       for (size_t i = 0; i < links.size(); ++i) {

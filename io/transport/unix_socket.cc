@@ -149,9 +149,12 @@ Status UnixSocket::send(const Frame& frame, int timeout_ms) {
 Result<bool> UnixSocket::send_now(const Frame& frame) { return send_once(frame); }
 
 Result<UnixSocket::Received> UnixSocket::receive(Frame* out, int timeout_ms) {
-  if (!wait_readable(fd_.get(), timeout_ms)) return Received::kTimeout;
-  if (buffer_.empty()) buffer_.resize(max_frame_ + 1);
-  iovec iov{buffer_.data(), buffer_.size()};
+  // Without a wait, recvmsg alone says whether a frame is there (EAGAIN): the loader and
+  // the workers look for frames between packets, where a poll first would double the
+  // system calls.
+  if (timeout_ms > 0 && !wait_readable(fd_.get(), timeout_ms)) return Received::kTimeout;
+  if (!buffer_) buffer_.reset(new char[max_frame_ + 1]);
+  iovec iov{buffer_.get(), max_frame_ + 1};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -185,7 +188,7 @@ Result<UnixSocket::Received> UnixSocket::receive(Frame* out, int timeout_ms) {
     return corrupt("a frame is larger than the bound of " + std::to_string(max_frame_) + " bytes");
   if (static_cast<size_t>(n) < kFrameHeaderBytes)
     return corrupt("a frame of " + std::to_string(n) + " bytes is shorter than its header");
-  const char* p = buffer_.data();
+  const char* p = buffer_.get();
   const uint32_t magic = static_cast<uint32_t>(load_le(p, 4));
   const uint16_t version = static_cast<uint16_t>(load_le(p + 4, 2));
   const uint64_t body = load_le(p + 8, 4);

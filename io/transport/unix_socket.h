@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -80,7 +81,9 @@ class UnixSocket {
   Result<bool> send_once(const Frame& frame);
   UniqueFd fd_;
   size_t max_frame_ = 64 << 10;
-  std::vector<char> buffer_;  // receive buffer, max_frame_ + 1 bytes once used
+  // Receive buffer, max_frame_ + 1 bytes once used; not zeroed, so only the pages the
+  // frames fill are ever touched (most frames are a few dozen bytes).
+  std::unique_ptr<char[]> buffer_;
 };
 
 // Waits until `fd` is readable (or hung up) for at most `timeout_ms`: true when it is.

@@ -301,6 +301,24 @@ TEST_F(ShmChannelTest, ASilentProducerTimesOutNamingIt) {
   EXPECT_EQ(child.wait(20000), 0);
 }
 
+TEST_F(ShmChannelTest, APacketCountWithoutItsFramesTimesOutInsteadOfSpinning) {
+  // The loader reads frames without a poll first when the header counts a packet sent and
+  // not popped; a count no frame follows must still end at the timeout.
+  Ends ends = make_ends();
+  Child child =
+      fork_raw_producer(ends, [](UnixSocket&, ShmArena& arena) { arena.header().sent.store(3); });
+  ShmChannelOptions o = channel_options(1 << 20);
+  o.wait_timeout_ms = 300;
+  auto ch = open_consumer(ends, o);
+  ASSERT_TRUE(ch);
+  Packet p;
+  Status s = ch->pop(&p).status();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_NE(s.message().find("no packet for 300 ms"), std::string::npos) << s.message();
+  ch.reset();
+  EXPECT_EQ(child.wait(20000), 0);
+}
+
 TEST_F(ShmChannelTest, AProducerWithoutALoaderGivesUpAtItsHandshakeTimeout) {
   Ends ends = make_ends();
   auto silent = ShmProducer::connect(std::move(ends.worker), 100);

@@ -90,9 +90,16 @@ TEST_F(UnixSocketTest, ReceiveTimesOutAndSeesAPeerThatClosed) {
   Frame f;
   EXPECT_EQ(*b.receive(&f, 0), UnixSocket::Received::kTimeout);
   EXPECT_EQ(*b.receive(&f, 30), UnixSocket::Received::kTimeout);
+  // Without a wait too: a frame there is taken, none there is a timeout, not an error.
+  ASSERT_TRUE(a.send({7, "now", {}}, 1000).is_ok());
+  ASSERT_EQ(*b.receive(&f, 0), UnixSocket::Received::kFrame);
+  EXPECT_EQ(f.type, 7);
+  EXPECT_EQ(f.body, "now");
+  EXPECT_EQ(*b.receive(&f, 0), UnixSocket::Received::kTimeout);
   ASSERT_TRUE(a.send({1, "last", {}}, 1000).is_ok());
   { UnixSocket gone = std::move(a); }
   ASSERT_EQ(*b.receive(&f, 1000), UnixSocket::Received::kFrame) << "what was sent still comes";
+  EXPECT_EQ(*b.receive(&f, 0), UnixSocket::Received::kClosed) << "seen without a wait";
   EXPECT_EQ(*b.receive(&f, 1000), UnixSocket::Received::kClosed);
   // Sending to a closed peer is an error, not a SIGPIPE that kills the process.
   Status s = b.send({1, "x", {}}, 1000);
