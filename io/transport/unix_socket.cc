@@ -164,7 +164,10 @@ Result<UnixSocket::Received> UnixSocket::receive(Frame* out, int timeout_ms) {
   ssize_t n;
   do {
     n = ::recvmsg(fd_.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+    // A peer that closed with frames of ours unread reset the socket: the kernel reports
+    // ECONNRESET once (reading it clears it), ahead of the frames the peer sent before it
+    // closed. Those come first (a worker's last runs and finish frame), then the end.
+  } while (n < 0 && (errno == EINTR || errno == ECONNRESET));
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Received::kTimeout;
     if (peer_gone(errno)) return Received::kClosed;

@@ -107,6 +107,29 @@ TEST_F(UnixSocketTest, ReceiveTimesOutAndSeesAPeerThatClosed) {
   EXPECT_NE(s.message().find("closed"), std::string::npos) << s.message();
 }
 
+TEST_F(UnixSocketTest, APeerThatClosedWithFramesUnreadStillDeliversWhatItSent) {
+  // A peer that closes with frames of ours unread resets the socket: the kernel reports
+  // ECONNRESET once, ahead of the frames the peer sent before it closed (a worker's last
+  // run and finish frame, with a credit of the loader's unread). They come first, then
+  // the end, with and without a wait.
+  for (int timeout : {0, 1000}) {
+    SCOPED_TRACE(timeout);
+    auto [a, b] = make_pair();
+    ASSERT_TRUE(b.send({5, "unread", {}}, 1000).is_ok());
+    ASSERT_TRUE(a.send({6, "run", {}}, 1000).is_ok());
+    ASSERT_TRUE(a.send({7, "finish", {}}, 1000).is_ok());
+    { UnixSocket gone = std::move(a); }
+    Frame f;
+    auto got = b.receive(&f, timeout);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_EQ(*got, UnixSocket::Received::kFrame);
+    EXPECT_EQ(f.body, "run");
+    ASSERT_EQ(*b.receive(&f, timeout), UnixSocket::Received::kFrame);
+    EXPECT_EQ(f.body, "finish");
+    EXPECT_EQ(*b.receive(&f, timeout), UnixSocket::Received::kClosed);
+  }
+}
+
 TEST_F(UnixSocketTest, ShutdownEndsBothDirections) {
   auto [a, b] = make_pair();
   a.shutdown();
