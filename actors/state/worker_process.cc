@@ -316,8 +316,12 @@ class ProcessRunner : public UnitRunner {
   enum class Outcome { kDone, kDied, kFailed };
 
   std::string who() const {
-    return "worker " + std::to_string(worker_) + " of rank " + std::to_string(rank_) +
-           (pid_ > 0 ? " (pid " + std::to_string(pid_) + ")" : std::string());
+    return name() + (pid_ > 0 ? " (pid " + std::to_string(pid_) + ")" : std::string());
+  }
+  // Without the pid: the name of the channel's producer, to which the channel adds the pid
+  // the process answers with.
+  std::string name() const {
+    return "worker " + std::to_string(worker_) + " of rank " + std::to_string(rank_);
   }
 
   Status run_unit(const WorkUnit& unit, io::Channel& channel, UnitStats* stats);
@@ -480,7 +484,7 @@ ProcessRunner::Outcome ProcessRunner::attempt(
   io::ShmChannelOptions o = channel_options();
   o.name = rest->channel;
   std::vector<io::ShmPeer> peers;
-  peers.push_back(io::ShmPeer{std::move(out_ends->first), who()});
+  peers.push_back(io::ShmPeer{std::move(out_ends->first), name()});
   auto consumer = io::ShmConsumer::open(std::move(peers), o);
   Result<UnitStats> done = internal_error("no done frame");
   if (!consumer.is_ok()) {
