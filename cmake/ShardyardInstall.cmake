@@ -23,7 +23,6 @@ set(SY_PUBLIC_HEADERS
   runtime/thread_annotations.h=thread_annotations.h
   runtime/mutex.h=mutex.h
   runtime/buffer.h=buffer.h
-  runtime/inline_vector.h=inline_vector.h
   runtime/item.h=item.h
   runtime/batch.h=batch.h
   runtime/window.h=window.h

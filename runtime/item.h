@@ -14,7 +14,6 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/inline_vector.h"
 #include "runtime/status.h"
 
 namespace shardyard {
@@ -34,9 +33,7 @@ struct Item {
   uint64_t id = 0;     // canonical item id (see runtime/shard.h)
   uint32_t shard = 0;  // logical shard that owns it
   std::string key;
-  // Sorted by name. Inline up to 4 (a sample's members: no allocation, and no free on the
-  // thread that drops the item).
-  InlineVector<Field, 4> fields;
+  std::vector<Field> fields;                        // sorted by name
   std::shared_ptr<const void> owner;                // what the fields were read into
   std::vector<std::shared_ptr<const void>> owners;  // further bytes (set_field, stages)
   // Position in the rank's order of the epoch, set by a dispatcher that routes items to
