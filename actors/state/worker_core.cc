@@ -91,12 +91,16 @@ class Packer {
   Status flush() {
     if (packet_.items.empty()) return Status::ok();
     packet_.bytes = bytes_;
+    const size_t sent = packet_.items.size();
     Status st;
     {
       WaitScope pushing(stats_, false);
       st = channel_.push(std::move(packet_));
     }
+    // The next packet is sized like this one: growing it item by item moved every item
+    // of a packet some seven times over (a packet holds up to job_.packet_items).
     packet_ = io::Packet{};
+    packet_.items.reserve(sent);
     bytes_ = 0;
     return st;
   }

@@ -376,6 +376,7 @@ Status SampleReader::parse(uint32_t source, const std::function<Status(const Tar
     }
   };
   uint64_t sample = first;
+  out->reserve(out->size() + (last - first));
   auto want_at = src.samples.iterator_at(first);  // at `sample`; decoded once each
   Item* cur = nullptr;
   uint64_t cur_end = 0;  // where the current sample's byte range ends
