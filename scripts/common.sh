@@ -11,7 +11,7 @@ SY_PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 tar gzip nginx libarchive-tools
   clang libclang-rt-14-dev llvm
-  libdlpack-dev
+  libdlpack-dev libjemalloc-dev
   libboost-dev prometheus
   python3-torch openmpi-bin
 )

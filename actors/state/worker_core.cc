@@ -1,5 +1,7 @@
 #include "actors/state/worker_core.h"
 
+#include <dlfcn.h>
+
 #include <deque>
 #include <future>
 // glibc's malloc_trim, except under a sanitizer, whose allocator replaces glibc's (trimming
@@ -249,7 +251,19 @@ ShardPart shard_part(uint64_t items, uint32_t worker, uint32_t workers, bool con
 // ---- dispatcher --------------------------------------------------------------------------
 
 namespace {
+// Hands the allocator's free pages back to the system. The shardyard executable allocates
+// with jemalloc (tools/CMakeLists.txt), as may a trainer that links or preloads it: then its
+// purge of every arena (MALLCTL_ARENAS_ALL is 4096), found at run time so that this library
+// needs no jemalloc to build; else glibc's malloc_trim.
 void release_free_memory() {
+#if !defined(SY_SANITIZED_ALLOCATOR)
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  static const auto mallctl = reinterpret_cast<Mallctl>(::dlsym(RTLD_DEFAULT, "mallctl"));
+  if (mallctl != nullptr) {
+    (void)mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0);
+    return;
+  }
+#endif
 #if defined(SY_TRIM_MALLOC)
   malloc_trim(0);
 #endif
