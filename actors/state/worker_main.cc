@@ -255,15 +255,18 @@ Status serve_rank(io::UnixSocket& control) {
   SY_ASSIGN_OR_RETURN(auto page, page_seg.map(io::ShmSegment::Access::kReadWrite));
   WorkerCore core(*job, rank, worker);
   uint8_t* p = page->writable_data();
-  core.set_on_item([p](const Item& item) {
+  core.set_on_item([p, written = uint64_t{0}](const Item& item) mutable {
     // A sequence number odd while the key changes: the rank reads it only once this process
-    // is dead, and then a torn key is still the item it was on.
+    // is dead, and then a torn key is still the item it was on. This process is the page's
+    // only writer, so plain stores count it (a locked add, twice an item, cost more than
+    // the key's copy).
     auto* seq = reinterpret_cast<uint64_t*>(p);
-    __atomic_fetch_add(seq, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(seq, ++written, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     const uint32_t len = static_cast<uint32_t>(std::min(item.key.size(), kPageKeyBytes));
     std::memcpy(p + kPageKeyOffset, item.key.data(), len);
     std::memcpy(p + 8, &len, sizeof len);
-    __atomic_fetch_add(seq, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(seq, ++written, __ATOMIC_RELEASE);
   });
   UnitArenas arenas;
   ByteWriter ready;
