@@ -754,24 +754,33 @@ def classify_stack(fr):
         return "munmap/madvise of mapped chunks"
     if _has(fr, "__mmap"):
         return "mmap of chunks"
-    if _has(fr, "__libc_pread", "__pread"):
+    # Reads are preadv2 since the reader asks for RWF_NOWAIT first (io/fs); pread before.
+    # glibc keeps no frame pointer there, so the stack ends at the call: a worker's read
+    # into a chunk buffer and a collator's read of large members into the batch columns
+    # (the default for large samples since fad4cfd) share these buckets.
+    if _has(fr, "__libc_pread", "__pread", "preadv64v2", "__libc_preadv", "preadv2"):
         if "_copy_to_iter" in leaf or "copy_user" in leaf:
-            return "pread: kernel copy, page cache -> chunk buffer"
-        return "pread: page-cache lookup, LRU, syscall"
+            return "pread: kernel copy, page cache -> chunk buffer or batch column"
+        return "pread: page-cache lookup, LRU, fresh pages, syscall"
     if kernel and _has(fr, "asm_exc_page_fault", "exc_page_fault"):
-        if _has(fr, "RankMerger::build", "build_batch"):
+        if _has(fr, "RankMerger::build", "build_batch", "BatchBuilder"):
             return "page faults in build_batch (mapped chunk / fresh column)"
         if _has(fr, "parse_tar_buffer", "SampleReader::parse"):
             return "page faults in tar parse (first touch of a mapped chunk)"
         return "page faults, elsewhere"
-    if _has(fr, "RankMerger::build", "build_batch"):
+    if _has(fr, "RankMerger::build", "build_batch", "BatchBuilder"):
         if "memmove" in leaf or "memcpy" in leaf:
             return "build_batch: memcpy into batch columns"
         return "build_batch: other (keys, offsets, pool)"
+    # glibc's malloc, or jemalloc's (the executable links it since 2303a49: its functions
+    # are malloc/free themselves or je_* / tcache_* / arena_* inside it).
     if any(x in leaf for x in ("malloc", "_int_free", "cfree", "unlink_chunk", "operator new",
-                               "operator delete", "__libc_free")):
+                               "operator delete", "__libc_free", "je_", "tcache_")) or (
+            leaf.startswith(("arena_", "free", "sdallocx", "extent_")) and "::" not in leaf):
         return "malloc/free"
-    if _has(fr, "parse_tar_buffer", "SampleReader::parse", "split_key"):
+    if _has(fr, "ShmProducer", "ShmConsumer", "encode_items", "decode_items"):
+        return "shared-memory data plane (worker processes)"
+    if _has(fr, "parse_tar_buffer", "SampleReader::parse", "split_key", "TarHeaderDecoder"):
         return "tar header parse (decode, checksum, split_key, items)"
     if _has(fr, "futex", "pthread_cond", "finish_task_switch", "schedule", "clock_nanosleep",
             "try_to_wake_up", "__lll_lock", "sched_yield"):
@@ -792,7 +801,9 @@ def perf_stacks(data):
                          capture_output=True, text=True).stdout
     cur = []
     for line in out.splitlines():
-        if not line.strip() or line[0] not in " \t":
+        # Frames are indented with a tab; a sample's header line is not, though perf pads a
+        # short thread id with spaces (" 4267"), so a leading space does not make a frame.
+        if not line.strip() or line[0] != "\t":
             if cur:
                 yield cur
             cur = []
