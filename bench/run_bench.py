@@ -776,7 +776,8 @@ def classify_stack(fr):
     # are malloc/free themselves or je_* / tcache_* / arena_* inside it).
     if any(x in leaf for x in ("malloc", "_int_free", "cfree", "unlink_chunk", "operator new",
                                "operator delete", "__libc_free", "je_", "tcache_")) or (
-            leaf.startswith(("arena_", "free", "sdallocx", "extent_")) and "::" not in leaf):
+            not kernel and leaf.startswith(("arena_", "free", "sdallocx", "extent_"))
+            and "::" not in leaf):
         return "malloc/free"
     if _has(fr, "ShmProducer", "ShmConsumer", "encode_items", "decode_items"):
         return "shared-memory data plane (worker processes)"
