@@ -1,5 +1,6 @@
 // Micro benchmarks of io::parse_tar_buffer: the in-memory tar walk that SampleReader runs
-// on every chunk it reads (header decode + checksum + name, a callback per member).
+// on every chunk it reads (header decode + checksum + name, a callback per member), and of
+// SampleReader::read itself over a shard on disk.
 //
 // The archive is built in memory, page-aligned, with the layout of the benchmark datasets
 // (docs/performance.md): samples of three consecutive ustar members KEY.bin (payload),
@@ -12,10 +13,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "io/format/manifest_scan.h"
+#include "io/format/sample_reader.h"
 #include "io/format/tar.h"
+#include "io/fs/file_system.h"
 
 namespace {
 
@@ -173,6 +180,48 @@ void BM_ParseTarBuffer_512KiB(benchmark::State& state) {
        });
 }
 BENCHMARK(BM_ParseTarBuffer_512KiB)->Arg(64);
+
+// SampleReader::read over one shard of 2,000 such samples in the page cache, a chunk at a
+// time as a worker reads it (the small benchmark set's chunk is 18 samples): the read into a
+// pooled buffer, the header walk, and the check of every sample against its manifest entry
+// (offset, key) that fills the items. Arg: samples per chunk. The shard is written into
+// TMPDIR (default /tmp) and scanned for its manifest outside the timing, and removed after.
+// items_per_second counts samples here.
+void BM_SampleReaderRead_Sample3(benchmark::State& state) {
+  namespace io = shardyard::io;
+  const Archive a = make_archive(2000, 4096, true);
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                           "/sy_sample_reader_bench_" + std::to_string(::getpid()) + ".tar";
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  const uint8_t end[2 * kTarBlock] = {};
+  const bool written = f != nullptr &&
+                       std::fwrite(a.bytes->data, 1, a.bytes->size, f) == a.bytes->size &&
+                       std::fwrite(end, 1, sizeof end, f) == sizeof end;
+  if (f != nullptr && std::fclose(f) != 0) std::abort();
+  struct Remove {
+    const std::string& path;
+    ~Remove() { std::remove(path.c_str()); }
+  } remove{path};
+  if (!written) return state.SkipWithError(("cannot write " + path).c_str());
+  auto m = io::build_manifest(io::local_file_system(), {path}, io::ScanOptions{}, nullptr);
+  if (!m.is_ok()) return state.SkipWithError(m.status().to_string().c_str());
+  auto manifest = std::make_shared<const shardyard::Manifest>(std::move(*m));
+  io::SampleReader reader(io::local_file_system(), manifest, shardyard::BufferPool::create());
+  const uint64_t samples = manifest->source_items(0), chunk = state.range(0);
+  std::vector<shardyard::Item> items;
+  for (auto _ : state) {
+    for (uint64_t first = 0; first < samples; first += chunk) {
+      items.clear();
+      Status st = reader.read(0, first, std::min(samples, first + chunk), first, &items);
+      if (!st.is_ok()) return state.SkipWithError(st.to_string().c_str());
+      benchmark::DoNotOptimize(items.data());
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * samples));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * a.bytes->size));
+}
+BENCHMARK(BM_SampleReaderRead_Sample3)->Arg(18);
 
 }  // namespace
 

@@ -46,6 +46,19 @@ bool parse_number(const uint8_t* p, size_t n, uint64_t* out) {
     *out = v;
     return true;
   }
+  // The usual field, as tar writers fill it: octal digits from its first byte up to a NUL
+  // (or to its end). One pass, where the rules below take three; what it does not cover
+  // (white space, anything else) is left to them. Header fields are at most 12 bytes, so
+  // 21 octal digits cannot overflow.
+  {
+    uint64_t v = 0;
+    size_t d = 0;
+    while (d < n && static_cast<uint8_t>(p[d] - '0') < 8) v = v * 8 + (p[d++] - '0');
+    if (d > 0 && n <= 21 && (d == n || p[d] == 0)) {
+      *out = v;
+      return true;
+    }
+  }
   // A plain scan for the NUL: these fields are 8 to 12 bytes, shorter than a call to memchr.
   size_t end = 0, i = 0;
   while (end < n && p[end] != 0) ++end;
@@ -151,7 +164,7 @@ Result<TarHeaderDecoder::Kind> TarHeaderDecoder::decode(const uint8_t* b, uint64
     const char* name = reinterpret_cast<const char*>(b);
     const char* prefix = reinterpret_cast<const char*>(b + 345);
     bool ustar = std::memcmp(b + 257, "ustar", 5) == 0 && b[262] == '\0';
-    size_t prefix_len = ustar ? field_length(b + 345, 155) : 0;
+    size_t prefix_len = ustar && b[345] != 0 ? field_length(b + 345, 155) : 0;
     entry_.path.clear();
     if (prefix_len > 0) {
       entry_.path.append(prefix, prefix_len);
@@ -384,7 +397,12 @@ bool is_metadata(std::string_view path) {
 // of the base name when the base name does not start with it; otherwise that leading dot
 // when the last folder's name has no dot (the run is then "folder/").
 size_t key_dot(std::string_view path) {
-  const size_t slash = path.rfind('/');
+  // memrchr, where string_view::rfind walks back a byte at a time (three members a sample).
+  const void* last_slash = path.empty() ? nullptr : ::memrchr(path.data(), '/', path.size());
+  const size_t slash =
+      last_slash == nullptr
+          ? std::string_view::npos
+          : static_cast<size_t>(static_cast<const char*>(last_slash) - path.data());
   const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
   const size_t dot = path.find('.', base);
   if (dot == std::string_view::npos || dot > base) return dot;

@@ -50,6 +50,7 @@ TEST(TarNumbers, FieldsAreReadAsPythonsTarfileReadsThem) {
   const std::string five("hello");
   for (const std::string& field : {
            std::string("00000000005") + '\0',  // what every writer writes
+           std::string("000000000005"),        // digits to the field's end, no terminator
            std::string("     0000005"),        // leading spaces, no terminator
            std::string("00000000005 "),        // a space for the NUL
            std::string(" 5          "),        // spaces around
