@@ -10,6 +10,7 @@
 //   samples/s         samples (3 members each) per second
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -195,10 +196,9 @@ void BM_SampleReaderRead_Sample3(benchmark::State& state) {
                            "/sy_sample_reader_bench_" + std::to_string(::getpid()) + ".tar";
   std::FILE* f = std::fopen(path.c_str(), "wb");
   const uint8_t end[2 * kTarBlock] = {};
-  const bool written = f != nullptr &&
-                       std::fwrite(a.bytes->data, 1, a.bytes->size, f) == a.bytes->size &&
-                       std::fwrite(end, 1, sizeof end, f) == sizeof end;
-  if (f != nullptr && std::fclose(f) != 0) std::abort();
+  bool written = f != nullptr && std::fwrite(a.bytes->data, 1, a.bytes->size, f) == a.bytes->size &&
+                 std::fwrite(end, 1, sizeof end, f) == sizeof end;
+  if (f != nullptr && std::fclose(f) != 0) written = false;
   struct Remove {
     const std::string& path;
     ~Remove() { std::remove(path.c_str()); }
