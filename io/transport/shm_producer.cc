@@ -173,33 +173,9 @@ struct ShmProducer::Impl {
     return broken;
   }
 
-  Status push(Packet& packet) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (finished) return invalid_argument(name() + ": push() after finish()");
-    if (!broken.is_ok()) return broken;
-    // The loader's frames are read where the producer waits (wait_until) and where a send
-    // fails: a cancel also shows in the header, and credits only wake a waiting producer,
-    // so a read per packet here would be a system call that finds nothing.
-    if (is_cancelled()) return cancelled_status();
-    SY_RETURN_IF_ERROR(wait_until(
-        [&]() -> Result<bool> {
-          const uint64_t popped = header().popped.load();
-          if (popped > sent)
-            return corrupt(name() + ": the loader counts " + std::to_string(popped) +
-                           " packets popped of " + std::to_string(sent) + " sent");
-          return sent - popped < hello.packets_in_flight;
-        },
-        "the loader took no packet"));
-    const auto& items = packet.items;
-    if (items.empty()) {
-      SY_RETURN_IF_ERROR(send({kRun, encode(RunFrame{0, 0, 0, 0, 0, RunFrame::kLastRun, {}}), {}}));
-    } else if (lay_out_run(items.data(), items.size()) <= hello.max_run_bytes) {
-      // Most packets are one run: laid out whole first, split below only when too large.
-      SY_RETURN_IF_ERROR(send_run(items.data(), items.size(), true));
-      header().sent.store(++sent);
-      return Status::ok();
-    }
-    // Runs of consecutive items of at most max_run_bytes (an item alone may take more).
+  // A packet too large for one run, in runs of consecutive items of at most max_run_bytes
+  // (an item alone may take more).
+  Status send_split(const std::vector<Item>& items) {
     runs.clear();
     uint64_t total = 0;
     for (size_t i = 0; i < items.size();) {
@@ -226,6 +202,35 @@ struct ShmProducer::Impl {
       if (i > 0 && broken.is_ok())
         broken = Status(s.code(), s.message() + " (in the middle of a packet)");
       return s;
+    }
+    return Status::ok();
+  }
+
+  Status push(Packet& packet) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (finished) return invalid_argument(name() + ": push() after finish()");
+    if (!broken.is_ok()) return broken;
+    // The loader's frames are read where the producer waits (wait_until) and where a send
+    // fails: a cancel also shows in the header, and credits only wake a waiting producer,
+    // so a read per packet here would be a system call that finds nothing.
+    if (is_cancelled()) return cancelled_status();
+    SY_RETURN_IF_ERROR(wait_until(
+        [&]() -> Result<bool> {
+          const uint64_t popped = header().popped.load();
+          if (popped > sent)
+            return corrupt(name() + ": the loader counts " + std::to_string(popped) +
+                           " packets popped of " + std::to_string(sent) + " sent");
+          return sent - popped < hello.packets_in_flight;
+        },
+        "the loader took no packet"));
+    const auto& items = packet.items;
+    if (items.empty()) {
+      SY_RETURN_IF_ERROR(send({kRun, encode(RunFrame{0, 0, 0, 0, 0, RunFrame::kLastRun, {}}), {}}));
+    } else if (lay_out_run(items.data(), items.size()) <= hello.max_run_bytes) {
+      // Most packets are one run: laid out whole first, split only when too large.
+      SY_RETURN_IF_ERROR(send_run(items.data(), items.size(), true));
+    } else {
+      SY_RETURN_IF_ERROR(send_split(items));
     }
     header().sent.store(++sent);
     return Status::ok();
