@@ -29,6 +29,32 @@ size_t field_length(const uint8_t* p, size_t n) {
 
 bool is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
+// The `bytes` bytes (1 to 8) at p as a little-endian number (p[0] its lowest byte).
+uint64_t load_le(const uint8_t* p, size_t bytes) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, bytes);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);  // the bytes copied to its start become its low ones
+#endif
+  return v;
+}
+
+// How many of the bytes of `x` (from byte 0, at most 8) are octal digits, '0' to '7'.
+int leading_octal_digits(uint64_t x) {
+  // A byte is such a digit when it differs from '0' in its low three bits only.
+  const uint64_t other = (x ^ 0x3030303030303030ull) & 0xf8f8f8f8f8f8f8f8ull;
+  return other == 0 ? 8 : __builtin_ctzll(other) / 8;
+}
+
+// The number the first k (1 to 8) bytes of `x` write in octal digits (byte 0 the most
+// significant): the digits are combined two, four, then eight at a time.
+uint64_t octal_value(uint64_t x, int k) {
+  uint64_t d = (x ^ 0x3030303030303030ull) << (8 * (8 - k));  // digit values, at the top
+  d = ((d << 3) + (d >> 8)) & 0x00ff00ff00ff00ffull;
+  d = ((d << 6) + (d >> 16)) & 0x0000ffff0000ffffull;
+  return ((d << 12) + (d >> 32)) & 0xffffffffull;
+}
+
 // A numeric header field, read as Python's tarfile reads it: GNU base-256 when the top bit
 // of the first byte is set (negative values are refused); otherwise octal digits that end
 // at the field's first NUL, with white space around them, and an empty field is 0. So a
@@ -49,8 +75,29 @@ bool parse_number(const uint8_t* p, size_t n, uint64_t* out) {
   // The usual field, as tar writers fill it: octal digits from its first byte up to a NUL
   // (or to its end). One pass, where the rules below take three; what it does not cover
   // (white space, anything else) is left to them. Header fields are at most 12 bytes, so
-  // 21 octal digits cannot overflow.
-  {
+  // 21 octal digits cannot overflow. The fields read for every member, the size (12
+  // bytes) and the checksum (8), go eight bytes at a time.
+  if (n == 8 || n == 12) {
+    const uint64_t head = load_le(p, 8);
+    const int k = leading_octal_digits(head);
+    if (k > 0 && k < 8 && p[k] == 0) {
+      *out = octal_value(head, k);
+      return true;
+    }
+    if (k == 8 && n == 8) {
+      *out = octal_value(head, 8);
+      return true;
+    }
+    if (k == 8) {
+      const uint64_t tail = load_le(p + 8, 4);
+      const int more = leading_octal_digits(tail | 0xffffffff00000000ull);  // at most 4
+      if (more == 4 || p[8 + more] == 0) {
+        const uint64_t v = octal_value(head, 8);
+        *out = more == 0 ? v : (v << (3 * more)) | octal_value(tail, more);
+        return true;
+      }
+    }
+  } else {
     uint64_t v = 0;
     size_t d = 0;
     while (d < n && static_cast<uint8_t>(p[d] - '0') < 8) v = v * 8 + (p[d++] - '0');

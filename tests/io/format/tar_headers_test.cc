@@ -66,6 +66,42 @@ TEST(TarNumbers, FieldsAreReadAsPythonsTarfileReadsThem) {
   }
 }
 
+// Every count of digits (1 to 12) in the size field, ended by a NUL, by the field's end or
+// by a space, zero-padded or not: the decoder reads eight bytes of a field at a time, and
+// each of these takes another way through it. The value is the payload's length.
+TEST(TarNumbers, EveryDigitCountAndEndReadsTheSameSize) {
+  for (uint64_t size : {0, 1, 5, 7, 8, 63, 64, 511, 4095, 32768, 262143}) {
+    char octal[24];
+    std::snprintf(octal, sizeof octal, "%llo", static_cast<unsigned long long>(size));
+    const std::string digits(octal);
+    const std::string payload(size, 'x');
+    for (size_t width = digits.size(); width <= 12; ++width) {
+      const std::string padded = std::string(width - digits.size(), '0') + digits;
+      std::vector<std::string> fields;
+      if (width < 12) fields.push_back(padded + std::string(12 - width, '\0'));
+      if (width < 12) fields.push_back(padded + '\0' + std::string(11 - width, '7'));
+      if (width < 12) fields.push_back(padded + std::string(12 - width, ' '));
+      if (width == 12) fields.push_back(padded);
+      for (const std::string& field : fields) {
+        SCOPED_TRACE(::testing::PrintToString(field));
+        ASSERT_EQ(field.size(), 12u);
+        auto got = entries(with_size_field(field, payload));
+        ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+        ASSERT_EQ(got->size(), 2u);
+        EXPECT_EQ((*got)[0].size, size);
+        EXPECT_EQ((*got)[1].path, "s1.cls");
+      }
+    }
+  }
+  // A non-octal digit after each count of digits is damage, also in the field's last bytes.
+  for (size_t at = 1; at < 12; ++at) {
+    std::string field = std::string(11, '0') + '\0';
+    field[at] = '8';
+    SCOPED_TRACE(::testing::PrintToString(field));
+    EXPECT_FALSE(entries(with_size_field(field, "")).is_ok());
+  }
+}
+
 // libarchive's test_read_format_tar_timestamp_overflow.tar has a size field of seven NULs,
 // "0016" and a NUL: the field ends at its first NUL, so the size is 0 for Python's tarfile,
 // GNU tar and libarchive alike.
