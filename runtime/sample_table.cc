@@ -137,6 +137,41 @@ SampleTable::const_iterator SampleTable::iterator_at(size_t i) const {
   return it;
 }
 
+SampleTable::Range SampleTable::byte_range(size_t first, size_t last) const {
+  if (first >= last || last > count_) return Range{};
+  const std::string_view in = encoded();
+  size_t i = 0, pos = 0;
+  uint64_t begin = 0, end = 0;  // of entry i once decoded
+  // Entry i, decoded over entry i - 1 as const_iterator::decode() does, its key skipped.
+  auto decode = [&] {
+    const uint64_t prev_end = i % kBlock == 0 ? 0 : end;
+    get_varint(in, &pos);  // the length of the prefix shared with the key before
+    const uint64_t rest = get_varint(in, &pos);
+    pos += static_cast<size_t>(std::min<uint64_t>(rest, in.size() - pos));
+    begin = prev_end + unzigzag(get_varint(in, &pos));
+    end = begin + unzigzag(get_varint(in, &pos));
+    get_varint(in, &pos);  // payload bytes
+  };
+  // Up to entry k (k >= i), from the start of its block unless it is in entry i's.
+  bool started = false;
+  auto walk_to = [&](size_t k) {
+    if (!started || k / kBlock != i / kBlock) {
+      started = true;
+      i = k - k % kBlock;
+      pos = static_cast<size_t>(blocks_[k / kBlock]);
+      decode();
+    }
+    while (i < k) {
+      ++i;
+      decode();
+    }
+  };
+  walk_to(first);
+  const uint64_t first_begin = begin;
+  walk_to(last - 1);
+  return Range{first_begin, end};
+}
+
 SampleTable::const_iterator& SampleTable::const_iterator::operator++() {
   ++index_;
   if (index_ < table_->count_) decode();

@@ -105,6 +105,14 @@ class SampleTable {
   const_iterator end() const;
   // An iterator at entry i (i <= size()); decodes at most kBlock entries.
   const_iterator iterator_at(size_t i) const;
+  // Where the run of entries [first, last) lies: the `begin` of entry `first` and the `end`
+  // of entry `last - 1` (first < last <= size(); an empty range otherwise). What a read of
+  // the run needs, found without decoding keys: at most 2 * kBlock entries are walked, their
+  // keys skipped.
+  struct Range {
+    uint64_t begin = 0, end = 0;
+  };
+  Range byte_range(size_t first, size_t last) const;
 
   // The packed stream, what the manifest format stores (docs/manifest-format.md).
   std::string_view encoded() const { return keep_ ? std::string_view(ext_, ext_size_) : own_; }

@@ -185,6 +185,7 @@ Result<std::shared_ptr<RandomAccessFile>> SampleReader::file(uint32_t source) {
   if (open_.size() >= max_open_) {
     open_.erase(lru_.back());
     gz_.erase(lru_.back());
+    cursors_.erase(lru_.back());
     lru_.pop_back();
   }
   open_[source] = shared;
@@ -243,14 +244,14 @@ void SampleReader::will_need(uint32_t source, uint64_t first, uint64_t last) {
   if (src.kind != SourceKind::kTar) return;
   auto f = file(source);
   if (!f.is_ok()) return;
-  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  const auto [begin, end] = src.samples.byte_range(first, last);
   (*f)->will_need(begin, static_cast<size_t>(end - begin));
 }
 
 Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                               std::vector<Item>* out) {
   const auto& src = manifest_->sources[source];
-  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  const auto [begin, end] = src.samples.byte_range(first, last);
   SY_ASSIGN_OR_RETURN(auto f, file(source));
   if (unread_bytes_ > 0 && src.kind == SourceKind::kTar && !is_remote_uri(src.uri) &&
       (end - begin) / (last - first) >= unread_bytes_)
@@ -313,7 +314,8 @@ Status SampleReader::read_tar_unread(uint32_t source, const std::shared_ptr<Rand
                                      uint64_t first, uint64_t last, uint64_t id,
                                      std::vector<Item>* out) {
   const auto& src = manifest_->sources[source];
-  const uint64_t begin = src.samples[first].begin, end = src.samples[last - 1].end;
+  const auto range = src.samples.byte_range(first, last);
+  const uint64_t begin = range.begin, end = range.end;  // a lambda below takes them
   auto small = std::make_shared<SmallBytes>();
   FileBytes file;
   file.keep = small;
@@ -377,7 +379,21 @@ Status SampleReader::parse(uint32_t source, const std::function<Status(const Tar
   };
   uint64_t sample = first;
   out->reserve(out->size() + (last - first));
-  auto want_at = src.samples.iterator_at(first);  // at `sample`; decoded once each
+  // At `sample`: decoded once each. A logical shard's runs are read in order, so a walk
+  // over an earlier run of this source usually stopped where this one starts.
+  SampleTable::const_iterator want_at;
+  bool found = false;
+  if (auto kept = cursors_.find(source); kept != cursors_.end()) {
+    auto& at = kept->second;
+    auto hit =
+        std::find_if(at.begin(), at.end(), [&](const auto& c) { return c.index() == first; });
+    if (hit != at.end()) {
+      want_at = std::move(*hit);
+      at.erase(hit);
+      found = true;
+    }
+  }
+  if (!found) want_at = src.samples.iterator_at(first);
   Item* cur = nullptr;
   uint64_t cur_end = 0;  // where the current sample's byte range ends
   auto mismatch = [&](uint64_t offset, const std::string& what) {
@@ -421,6 +437,11 @@ Status SampleReader::parse(uint32_t source, const std::function<Status(const Tar
   if (!parsed.is_ok()) {
     if (Status fault = mapping_fault(); !fault.is_ok()) return fault;
     return parsed;
+  }
+  if (open_.count(source) != 0) {
+    auto& at = cursors_[source];
+    if (at.size() == kMaxCursorsPerSource) at.erase(at.begin());
+    at.push_back(std::move(want_at));
   }
   if (sample != last)
     return mismatch(end, "found " + std::to_string(sample - first) +

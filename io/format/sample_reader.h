@@ -135,6 +135,10 @@ class SampleReader {
   std::list<uint32_t> lru_;  // most recent first
   std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> open_;
   std::unordered_map<uint32_t, std::unique_ptr<GzCursor>> gz_;
+  // Per open source: where parse()'s walks over its last runs stopped, the oldest first
+  // (one per logical shard that reads the source, up to kMaxCursorsPerSource).
+  static constexpr size_t kMaxCursorsPerSource = 16;
+  std::unordered_map<uint32_t, std::vector<SampleTable::const_iterator>> cursors_;
   uint64_t bytes_read_ = 0;
   uint64_t unread_bytes_ = 0;
 };

@@ -38,6 +38,21 @@ void expect_holds(const SampleTable& t, const std::vector<SampleEntry>& want) {
       expect_same(*it, want[j], j);
   }
   EXPECT_TRUE(t.iterator_at(want.size()) == t.end());
+  // Runs' byte ranges: within a block, across one or two boundaries, and to the end.
+  for (size_t first = 0; first < want.size(); ++first)
+    for (size_t last = first + 1; last <= want.size(); ++last) {
+      if (last > first + 3 * SampleTable::kBlock && last != want.size()) continue;
+      const auto r = t.byte_range(first, last);
+      EXPECT_EQ(r.begin, want[first].begin) << first << ".." << last;
+      EXPECT_EQ(r.end, want[last - 1].end) << first << ".." << last;
+    }
+  // An empty run, or one past the end, is an empty range, not a read out of bounds.
+  for (size_t first : {size_t{0}, want.size(), want.size() + 1}) {
+    const auto r = t.byte_range(first, first);
+    EXPECT_EQ(r.begin, 0u);
+    EXPECT_EQ(r.end, 0u);
+  }
+  EXPECT_EQ(t.byte_range(0, want.size() + 1).end, 0u);
   // The totals kept as entries come are those of a walk over them.
   SampleTable::Totals sums;
   for (const auto& e : want) {

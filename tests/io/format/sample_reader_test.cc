@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -119,6 +120,54 @@ TEST(SampleReader, ReadsAnyRunInAnyOrder) {
         ASSERT_TRUE(reader.read(0, first, first + 1, 7, &items).is_ok());
         ASSERT_EQ(items.size(), 1u);
         expect_item(items[0], want[first], 7);
+      }
+    }
+  }
+}
+
+// Logical shards that split one source read their runs in turn, as a worker reads the
+// shards of its unit: the reader picks up each one's walk where its last run stopped, for
+// fewer shards than it keeps walks of per source and for more.
+TEST(SampleReader, InterleavedRunsOfOneSourceReadRight) {
+  TempDir dir;
+  std::string tar;
+  const size_t n = 120;
+  auto key = [](size_t i) {
+    char k[16];
+    std::snprintf(k, sizeof k, "s%04zu", i);
+    return std::string(k);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    tar += test::tar_member(key(i) + ".cls", std::to_string(i));
+    tar += test::tar_member(key(i) + ".txt", std::string(i % 7 + 1, 'a' + i % 26));
+  }
+  const std::string path = dir.file("one.tar");
+  test::write_file(path, tar + test::tar_end());
+  auto manifest = manifest_of({path});
+  ASSERT_EQ(manifest->source_items(0), n);
+  for (size_t streams : {size_t{4}, size_t{30}}) {
+    SCOPED_TRACE(streams);
+    SampleReader reader(local_file_system(), manifest, BufferPool::create());
+    const size_t per = n / streams;
+    std::vector<size_t> at(streams, 0);  // samples read of each stream's part
+    for (bool left = true; left;) {
+      left = false;
+      for (size_t k = 0; k < streams; ++k) {
+        const size_t len = std::min<size_t>(per - at[k], 1 + (k + at[k]) % 3);
+        if (len == 0) continue;
+        left = true;
+        const uint64_t first = k * per + at[k];
+        std::vector<Item> items;
+        Status st = reader.read(0, first, first + len, first, &items);
+        ASSERT_TRUE(st.is_ok()) << first << "+" << len << ": " << st.to_string();
+        ASSERT_EQ(items.size(), len);
+        for (size_t i = 0; i < len; ++i) {
+          EXPECT_EQ(items[i].key, key(first + i));
+          EXPECT_EQ(items[i].id, first + i);
+          ASSERT_EQ(items[i].fields.size(), 2u);
+          EXPECT_EQ(items[i].fields[0].view(), std::to_string(first + i));
+        }
+        at[k] += len;
       }
     }
   }
