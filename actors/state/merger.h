@@ -91,8 +91,8 @@ class RankMerger {
   uint64_t items_consumed() const { return consumed_; }
 
  private:
-  Result<Item> take(uint32_t channel);
-  Result<Item> take_position(uint64_t position);  // route: reorder by rank position
+  Status take(uint32_t channel, Item* out);
+  Status take_position(uint64_t position, Item* out);  // route: reorder by rank position
   Status check_drained();
   void credit_taken();  // credits the route with the items taken so far (taken_)
   // Same layout as EpochPlan::batch_begin, from the ticket.
