@@ -35,7 +35,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", required=True, help="a folder of --data-dir: large16, small, ...")
+    ap.add_argument("--set", required=True,
+                    help="a folder of --data-dir: large16, small, ... (a set of "
+                         "bench/run_bench.py's SHAPES is generated when missing)")
     ap.add_argument("--data-dir", default="/tmp/peerbench")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--pause", type=float, default=0.0, help="seconds slept before each run")
@@ -43,6 +45,10 @@ def main():
                     help="serve --data-dir with nginx on loopback and read the set by URL")
     ap.add_argument("configs", nargs="+", help="LABEL=BINARY[:EXTRA ARGS]")
     args = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import run_bench
+    if args.set in run_bench.SHAPES:  # made with ../shared/bench/gen_dataset.py when missing
+        run_bench.ensure_dataset(args.data_dir, args.set)
     files = sorted(glob.glob(f"{args.data_dir}/{args.set}/train-*.tar"))
     if not files:
         raise SystemExit(f"no train-*.tar in {args.data_dir}/{args.set}")

@@ -68,6 +68,11 @@ SHAPES = {
     # the shorter large set of bench/large_read_bench.py, where start-up weighs more
     "large16": (["--shards", "16", "--samples-per-shard", "100", "--mean-bytes", "524288",
                  "--seed", "2"], [16]),
+    # large16 with sizes of a lognormal spread around the same mean (real images are not all
+    # one size): each batch's column is a different size (docs/performance.md, "Columns of
+    # varied sizes")
+    "largevar16": (["--shards", "16", "--samples-per-shard", "100", "--mean-bytes", "524288",
+                    "--size-dist", "lognormal", "--sigma", "0.5", "--seed", "3"], [16]),
 }
 CONFIGS = ["cat", "torch", "shardyard", "shardyard-cold"]
 LABELS = {

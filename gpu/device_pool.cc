@@ -58,18 +58,18 @@ Result<std::unique_ptr<DeviceBlock>> DeviceMemoryPool::acquire(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     sweep(&done);
-    for (size_t i = idle_.size(); i-- > 0;) {
-      if (idle_[i].capacity != cls) continue;
+    const size_t i =
+        BufferPool::pick_idle(idle_.size(), cls, [this](size_t k) { return idle_[k].capacity; });
+    if (i < idle_.size()) {
       Idle b = std::move(idle_[i]);
-      idle_[i] = std::move(idle_.back());
-      idle_.pop_back();
-      stats_.cached_bytes -= cls;
+      idle_.erase(idle_.begin() + static_cast<ptrdiff_t>(i));
+      stats_.cached_bytes -= b.capacity;
       ++stats_.reuses;
       if (prune(b.fences)) move_into(b.keep, &done);
       // What it keeps stays with it until the fences it still has (waited for by the new
       // writer, so before the new copy's own event) complete.
-      return std::unique_ptr<DeviceBlock>(
-          new DeviceBlock(b.data, cls, std::move(b.fences), std::move(b.keep), shared_from_this()));
+      return std::unique_ptr<DeviceBlock>(new DeviceBlock(b.data, b.capacity, std::move(b.fences),
+                                                          std::move(b.keep), shared_from_this()));
     }
   }
   auto data = device_->allocate(cls);

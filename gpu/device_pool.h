@@ -7,8 +7,9 @@
 // the memory is never overwritten while a kernel still reads it, and the host never blocks
 // for it. A block also keeps the host memory its copies read (the pinned batch columns)
 // until its fences complete: dropping a batch whose copy still runs blocks nobody. Sizes
-// come in BufferPool's size classes; idle blocks are kept up to `max_cached_bytes`, and a
-// block beyond that is freed once its fences completed.
+// come in BufferPool's size classes, and an idle block serves a request as
+// BufferPool::pick_idle says (its class, else up to a quarter larger); idle blocks are kept
+// up to `max_cached_bytes`, and a block beyond that is freed once its fences completed.
 //
 // Thread-safe. Blocks keep their pool (and its device) alive.
 #pragma once
@@ -70,7 +71,7 @@ class DeviceMemoryPool : public std::enable_shared_from_this<DeviceMemoryPool> {
   static std::shared_ptr<DeviceMemoryPool> create(std::shared_ptr<Device> device,
                                                   size_t max_cached_bytes);
   ~DeviceMemoryPool();
-  // A block of at least `bytes` bytes.
+  // A block of at least `bytes` bytes (its capacity() may be larger).
   Result<std::unique_ptr<DeviceBlock>> acquire(size_t bytes);
   Device& device() const { return *device_; }
   DevicePoolStats stats() const;

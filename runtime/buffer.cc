@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <tuple>
 
 namespace shardyard {
 
@@ -51,23 +52,23 @@ size_t BufferPool::size_class(size_t bytes) {
 }
 
 std::shared_ptr<Buffer> BufferPool::acquire(size_t bytes) {
-  const size_t cls = size_class(bytes);
+  size_t cap = size_class(bytes);
   uint8_t* data = nullptr;
   {
     MutexLock lock(&mu_);
-    for (size_t i = idle_.size(); i-- > 0;) {
-      if (idle_[i].first == cls) {
-        data = idle_[i].second;
-        idle_[i] = idle_.back();
-        idle_.pop_back();
-        idle_bytes_ -= cls;
-        break;
-      }
+    const size_t i = pick_idle(idle_.size(), cap, [this](size_t k) SY_NO_THREAD_SAFETY_ANALYSIS {
+      return idle_[k].first;
+    });
+    if (i < idle_.size()) {
+      std::tie(cap, data) = idle_[i];
+      // Keep the order of release: the search prefers the last released of a class.
+      idle_.erase(idle_.begin() + static_cast<ptrdiff_t>(i));
+      idle_bytes_ -= cap;
     }
   }
-  if (data == nullptr) data = allocator_->allocate(cls);
+  if (data == nullptr) data = allocator_->allocate(cap);
   if (data == nullptr) throw std::bad_alloc();
-  auto buf = std::shared_ptr<Buffer>(new Buffer(data, cls, shared_from_this()));
+  auto buf = std::shared_ptr<Buffer>(new Buffer(data, cap, shared_from_this()));
   buf->set_size(bytes);
   return buf;
 }

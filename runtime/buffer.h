@@ -77,11 +77,27 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   static std::shared_ptr<BufferPool> create(size_t max_cached_bytes,
                                             std::shared_ptr<BufferAllocator> allocator);
   ~BufferPool();
-  // A buffer of at least `bytes` (rounded up to a size class), size() == bytes.
+  // A buffer of at least `bytes` (rounded up to a size class; an idle one may be up to a
+  // quarter larger, see pick_idle), size() == bytes.
   std::shared_ptr<Buffer> acquire(size_t bytes);
   size_t cached_bytes() const;
   // The capacity acquire(bytes) hands out: 4 KiB, powers of two to 1 MiB, then whole MiB.
   static size_t size_class(size_t bytes);
+  // Which of `n` idle blocks (capacity(i): the capacity of block i, released in order i)
+  // serves a request of size class `cls`: the last released of exactly that class, else the
+  // smallest of up to a quarter more (whole-MiB classes: the columns of large samples of
+  // varied sizes differ from batch to batch by a few MiB, and a block that is not reused
+  // makes another one of fresh, page-faulting memory); n when none does.
+  template <typename Capacity>
+  static size_t pick_idle(size_t n, size_t cls, Capacity capacity) {
+    size_t best = n;
+    for (size_t i = n; i-- > 0;) {
+      const size_t c = capacity(i);
+      if (c == cls) return i;
+      if (c > cls && c - cls <= cls / 4 && (best == n || c < capacity(best))) best = i;
+    }
+    return best;
+  }
 
  private:
   BufferPool(size_t max_cached, std::shared_ptr<BufferAllocator> allocator)

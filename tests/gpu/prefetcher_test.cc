@@ -133,6 +133,32 @@ TEST(DevicePrefetcher, ReusesDeviceBlocksOfDroppedBatches) {
   EXPECT_EQ(pool.leaked, 0u);
 }
 
+// Batches of varied sizes: a block a little larger than a request serves it, instead of a
+// new allocation on the device for every size class a batch lands in.
+TEST(DeviceMemoryPool, ABlockUpToAQuarterLargerServesARequest) {
+  constexpr size_t kMiB = 1u << 20;
+  auto pool = DeviceMemoryPool::create(HostDevice::create({}), 64 * kMiB);
+  uint8_t* eight = nullptr;
+  {
+    auto a = pool->acquire(8 * kMiB);
+    ASSERT_TRUE(a.is_ok());
+    eight = (*a)->data();
+  }
+  {
+    auto b = pool->acquire(7 * kMiB);  // 8 MiB is at most a quarter more than 7
+    ASSERT_TRUE(b.is_ok());
+    EXPECT_EQ((*b)->data(), eight);
+    EXPECT_EQ((*b)->capacity(), 8 * kMiB);
+  }
+  EXPECT_EQ(pool->stats().cached_bytes, 8 * kMiB);
+  auto c = pool->acquire(5 * kMiB);  // too small for it: a block of its own
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_NE((*c)->data(), eight);
+  const auto stats = pool->stats();
+  EXPECT_EQ(stats.allocations, 2u);
+  EXPECT_EQ(stats.reuses, 1u);
+}
+
 // The trainer's kernel reads batch 0 on its own stream and is still running when the
 // trainer drops the batch; the next copy into the same block must wait for the kernel.
 TEST(DevicePrefetcher, ReuseOfABlockWaitsForTheTrainersKernelOnTheGpu) {

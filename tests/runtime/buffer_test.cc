@@ -136,6 +136,41 @@ TEST(BufferPool, TakesItsMemoryFromItsAllocatorAndGivesItBack) {
   EXPECT_EQ(alloc->live_bytes, 0u);
 }
 
+// Columns of large samples of varied sizes differ from batch to batch by a few MiB: an idle
+// buffer up to a quarter larger serves a request, the smallest such one, and one of exactly
+// the request's class before it; anything larger makes a new one.
+TEST(BufferPool, AnIdleBufferUpToAQuarterLargerIsReused) {
+  constexpr size_t kMiB = 1u << 20;
+  auto alloc = std::make_shared<CountingAllocator>();
+  auto pool = BufferPool::create(64 * kMiB, alloc);
+  auto take = [&](size_t mib) { return pool->acquire(mib * kMiB - 1000); };
+  uint8_t *nine = nullptr, *eight = nullptr, *seven = nullptr;
+  {
+    auto a = take(9), b = take(8), c = take(7);
+    nine = a->data();
+    eight = b->data();
+    seven = c->data();
+    EXPECT_EQ(a->capacity(), 9 * kMiB);
+  }
+  EXPECT_EQ(alloc->allocated, 3);
+  {
+    auto exact = take(7);  // its own class first
+    EXPECT_EQ(exact->data(), seven);
+    auto smallest = take(7);  // then the smallest larger one: 8 of {8, 9}
+    EXPECT_EQ(smallest->data(), eight);
+    EXPECT_EQ(smallest->size(), 7 * kMiB - 1000);
+    EXPECT_EQ(smallest->capacity(), 8 * kMiB);
+    auto too_large = take(6);  // 9 MiB is half as much again: not for 6
+    EXPECT_NE(too_large->data(), nine);
+    EXPECT_EQ(alloc->allocated, 4);
+  }
+  // Powers of two below 1 MiB: the next class is twice as large, never taken.
+  { auto big = pool->acquire(256 << 10); }
+  auto small = pool->acquire(128 << 10);
+  EXPECT_EQ(small->capacity(), size_t{128} << 10);
+  EXPECT_EQ(alloc->allocated, 6);
+}
+
 TEST(BufferPool, AnAllocatorWithoutMemoryMakesAcquireThrowBadAlloc) {
   auto alloc = std::make_shared<CountingAllocator>();
   alloc->fail = true;
