@@ -23,14 +23,21 @@ bool fail(std::string* error, std::string message) {
 
 // ByteWriter's encodings (runtime/codec.h), written through a cursor into room sized
 // once (encoded_item_bytes): encode_item runs for every item of every packet, where an
-// append per number cost more than the numbers.
-char* put(char* at, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return at + bytes;
+// append per number cost more than the numbers. A little-endian machine stores each number
+// at once (a byte at a time, a descriptor took 600 instructions: docs/performance.md).
+template <int Bytes>
+char* put(char* at, uint64_t v) {
+  static_assert(Bytes == 1 || Bytes == 4 || Bytes == 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  std::memcpy(at, &v, Bytes);  // the low Bytes bytes
+#else
+  for (int i = 0; i < Bytes; ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+#endif
+  return at + Bytes;
 }
 
 char* put_str(char* at, std::string_view s) {
-  at = put(at, s.size(), 4);
+  at = put<4>(at, s.size());
   if (!s.empty()) std::memcpy(at, s.data(), s.size());
   return at + s.size();
 }
@@ -133,6 +140,7 @@ void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan
       chunk = chunk_of(items[i], arena);
     }
     plan->item_sources.push_back(kNoSource);
+    bool slot_named = false;  // the item's chunk is in arena_slots: its fields share one
     for (const auto& f : items[i].fields) {
       const size_t index = plan->field_offsets.size();
       plan->field_offsets.push_back(0);
@@ -146,8 +154,9 @@ void plan_payload(const Item* items, size_t n, uint64_t align, PayloadPlan* plan
       if (in_arena(chunk, f, &plan->field_offsets[index])) {
         plan->field_places[index] = kPlaceArena;
         auto& slots = plan->arena_slots;
-        if (std::find(slots.rbegin(), slots.rend(), chunk->slot) == slots.rend())
+        if (!slot_named && std::find(slots.rbegin(), slots.rend(), chunk->slot) == slots.rend())
           slots.push_back(chunk->slot);
+        slot_named = true;
         continue;
       }
       const auto at = reinterpret_cast<uintptr_t>(f.data);
@@ -198,23 +207,23 @@ namespace {
 // Writes item's descriptor at `at`, encoded_item_bytes(item, source != kNoSource) long.
 char* write_item(char* at, const Item& item, const uint64_t* offsets, const uint8_t* places,
                  uint32_t source) {
-  at = put(at, item.id, 8);
-  at = put(at, item.shard, 4);
-  at = put(at, item.position, 8);
-  at = put(at, item.worker, 4);
+  at = put<8>(at, item.id);
+  at = put<4>(at, item.shard);
+  at = put<8>(at, item.position);
+  at = put<4>(at, item.worker);
   at = put_str(at, item.key);
-  at = put(at, item.fields.size(), 4);
+  at = put<4>(at, item.fields.size());
   for (size_t i = 0; i < item.fields.size(); ++i) {
     at = put_str(at, item.fields[i].name);
     *at++ = static_cast<char>(places == nullptr ? kPlaceRegion : places[i]);
-    at = put(at, offsets[i], 8);
-    at = put(at, item.fields[i].size, 8);
+    at = put<8>(at, offsets[i]);
+    at = put<8>(at, item.fields[i].size);
   }
   const uint8_t flags = (item.stage_state ? kHasStageState : 0) |
                         (item.dispatch_state ? kHasDispatchState : 0) |
                         (source != kNoSource ? kHasSource : 0);
   *at++ = static_cast<char>(flags);
-  if (source != kNoSource) at = put(at, source, 4);
+  if (source != kNoSource) at = put<4>(at, source);
   if (item.stage_state) at = put_str(at, *item.stage_state);
   if (item.dispatch_state) at = put_str(at, *item.dispatch_state);
   return at;
@@ -231,25 +240,40 @@ void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* w, const
   assert(end == out.data() + out.size());
 }
 
-void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out) {
-  const bool placed = plan.field_places.size() == plan.field_offsets.size();
-  auto source_of = [&](size_t i) {
-    return i < plan.item_sources.size() ? plan.item_sources[i] : kNoSource;
-  };
+namespace {
+
+uint32_t source_of(const PayloadPlan& plan, size_t i) {
+  return i < plan.item_sources.size() ? plan.item_sources[i] : kNoSource;
+}
+
+}  // namespace
+
+uint64_t encoded_items_bytes(const Item* items, size_t n, const PayloadPlan& plan) {
   uint64_t bytes = 8;
-  for (size_t i = 0; i < n; ++i) bytes += encoded_item_bytes(items[i], source_of(i) != kNoSource);
-  std::string& s = out->out;
-  const size_t start = s.size();
-  s.resize(start + bytes);
-  char* at = put(s.data() + start, kItemCodecVersion, 4);
-  at = put(at, n, 4);
+  for (size_t i = 0; i < n; ++i)
+    bytes += encoded_item_bytes(items[i], source_of(plan, i) != kNoSource);
+  return bytes;
+}
+
+char* write_items(const Item* items, size_t n, const PayloadPlan& plan, char* out) {
+  const bool placed = plan.field_places.size() == plan.field_offsets.size();
+  char* at = put<4>(out, kItemCodecVersion);
+  at = put<4>(at, n);
   size_t field = 0;
   for (size_t i = 0; i < n; ++i) {
     at = write_item(at, items[i], plan.field_offsets.data() + field,
-                    placed ? plan.field_places.data() + field : nullptr, source_of(i));
+                    placed ? plan.field_places.data() + field : nullptr, source_of(plan, i));
     field += items[i].fields.size();
   }
-  assert(at == s.data() + s.size());
+  return at;
+}
+
+void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out) {
+  std::string& s = out->out;
+  const size_t start = s.size();
+  s.resize(start + encoded_items_bytes(items, n, plan));
+  [[maybe_unused]] const char* end = write_items(items, n, plan, s.data() + start);
+  assert(end == s.data() + s.size());
 }
 
 namespace {
@@ -312,6 +336,13 @@ bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
   // The fields in the file (index, offset), mapped once as one span.
   std::vector<std::pair<size_t, uint64_t>> in_file;
   uint64_t file_begin = UINT64_MAX, file_end = 0, in_region = 0;
+  // Built in place, not aside and moved in.
+  auto add_field = [out](std::string_view name, const uint8_t* data, uint64_t size) {
+    Field& f = out->fields.emplace_back();
+    f.name.assign(name.data(), name.size());
+    f.data = data;
+    f.size = static_cast<size_t>(size);
+  };
   for (uint64_t i = 0; i < fields; ++i) {
     const std::string_view name = in.str();
     const uint64_t place = in.uint(1), offset = in.uint(8), size = in.uint(8);
@@ -325,7 +356,7 @@ bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
       file_begin = std::min(file_begin, offset);
       file_end = std::max(file_end, offset + size);
       in_file.emplace_back(out->fields.size(), offset);
-      out->fields.push_back(Field{std::string(name), nullptr, static_cast<size_t>(size)});
+      add_field(name, nullptr, size);
       continue;
     }
     if (place != kPlaceRegion && place != kPlaceArena)
@@ -342,7 +373,7 @@ bool decode(Reader& in, const uint8_t* region, uint64_t region_bytes, Item* out,
                              std::to_string(size) + " lies outside the " + std::to_string(bytes) +
                              " bytes of its " + (in_arena ? "data arena" : "region"));
     if (size > 0) ++in_region;
-    out->fields.push_back(Field{std::string(name), base + offset, static_cast<size_t>(size)});
+    add_field(name, base + offset, size);
   }
   const uint64_t flags = in.uint(1);
   if (flags & ~uint64_t{kHasStageState | kHasDispatchState | kHasSource})

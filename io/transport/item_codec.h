@@ -127,6 +127,11 @@ void encode_item(const Item& item, const uint64_t* offsets, ByteWriter* out,
                  const uint8_t* places = nullptr, uint32_t source = kNoSource);
 // A block of n items with plan.field_offsets (and field_places and item_sources, where set).
 void encode_items(const Item* items, size_t n, const PayloadPlan& plan, ByteWriter* out);
+// encode_items() without the string: its exact size, and the block written at `out`, which
+// has room for that many bytes (a producer writes it straight into shared memory); returns
+// the end of what was written.
+uint64_t encoded_items_bytes(const Item* items, size_t n, const PayloadPlan& plan);
+char* write_items(const Item* items, size_t n, const PayloadPlan& plan, char* out);
 
 // Decodes the item at bytes[*pos..], moving *pos past it; its fields view
 // region[0..region_bytes), what `files` maps for file ranges, or `arena` for arena bytes

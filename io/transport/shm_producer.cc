@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -34,7 +35,7 @@ struct ShmProducer::Impl {
   uint64_t sent = 0;      // guarded by mu
   PayloadPlan plan;       // guarded by mu (scratch)
   std::vector<std::pair<size_t, size_t>> runs;  // guarded by mu (scratch)
-  ByteWriter descriptors;                       // guarded by mu (scratch)
+  uint64_t descriptor_bytes = 0;  // guarded by mu: those of the run lay_out_run() laid out
 
   std::string name() const { return "channel " + hello.channel + " (" + hello.producer + ")"; }
   ArenaHeader& header() const { return arena->header(); }
@@ -124,18 +125,17 @@ struct ShmProducer::Impl {
         format_bytes(ring.capacity()) + "; raise the arena size or make packets smaller");
   }
 
-  // Lays items[0..n) out as one run (plan, descriptors); returns the run's arena bytes.
+  // Lays items[0..n) out as one run (plan, descriptor_bytes); returns the run's arena bytes.
   uint64_t lay_out_run(const Item* items, size_t n) {
     plan_payload(items, n, kArenaAlign, &plan, hello.file_field_bytes, chunks_id());
-    descriptors.out.clear();
-    encode_items(items, n, plan, &descriptors);
-    return align_arena(align_arena(plan.bytes) + descriptors.out.size());
+    descriptor_bytes = encoded_items_bytes(items, n, plan);
+    return align_arena(align_arena(plan.bytes) + descriptor_bytes);
   }
 
   // Places the run lay_out_run() laid out for items[0..n) and sends its frame.
   Status send_run(const Item* items, size_t n, bool last) {
     const uint64_t descriptor_offset = align_arena(plan.bytes);
-    const uint64_t bytes = align_arena(descriptor_offset + descriptors.out.size());
+    const uint64_t bytes = align_arena(descriptor_offset + descriptor_bytes);
     if (bytes > ring.capacity())
       return invalid_argument(name() + ": item '" + items[0].key + "' needs " +
                               format_bytes(bytes) + " of the shared arena, which holds " +
@@ -150,11 +150,13 @@ struct ShmProducer::Impl {
     arena->map_ahead(span.offset + span.bytes);
     uint8_t* at = arena->writable_ring() + span.offset;
     copy_payload(plan, at);
-    std::memcpy(at + descriptor_offset, descriptors.out.data(), descriptors.out.size());
+    [[maybe_unused]] const char* end =
+        write_items(items, n, plan, reinterpret_cast<char*>(at + descriptor_offset));
+    assert(end == reinterpret_cast<char*>(at + descriptor_offset + descriptor_bytes));
     RunFrame run{span.start,
                  span.bytes,
                  descriptor_offset,
-                 descriptors.out.size(),
+                 descriptor_bytes,
                  static_cast<uint32_t>(n),
                  last ? RunFrame::kLastRun : uint8_t{0},
                  plan.arena_slots};

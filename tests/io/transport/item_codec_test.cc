@@ -82,6 +82,28 @@ TEST(ItemCodec, RoundTripsEveryPartOfAnItem) {
   EXPECT_EQ(one.out.size(), encoded_item_bytes(items[1]));
 }
 
+// What a producer writes straight into shared memory is the block encode_items() makes, to
+// the byte, and exactly as long as encoded_items_bytes() says.
+TEST(ItemCodec, WriteItemsWritesTheBlockInPlace) {
+  std::vector<Item> items;
+  for (uint64_t i = 0; i < 7; ++i) items.push_back(sample(i));
+  items[4].key = std::string(300, 'k');  // past any short-string buffer
+  PayloadPlan plan;
+  plan_payload(items.data(), items.size(), 64, &plan);
+  ByteWriter w;
+  w.out = "prefix";  // encode_items appends
+  encode_items(items.data(), items.size(), plan, &w);
+  const uint64_t bytes = encoded_items_bytes(items.data(), items.size(), plan);
+  ASSERT_EQ(w.out.size(), 6 + bytes);
+  std::string room(bytes + 16, 'Z');
+  const char* end = write_items(items.data(), items.size(), plan, room.data() + 8);
+  EXPECT_EQ(end, room.data() + 8 + bytes);
+  EXPECT_EQ(room.substr(8, bytes), w.out.substr(6));
+  EXPECT_EQ(room.substr(0, 8), std::string(8, 'Z')) << "nothing written before";
+  EXPECT_EQ(room.substr(8 + bytes), std::string(8, 'Z')) << "nor after";
+  EXPECT_EQ(encoded_items_bytes(items.data(), 0, plan), 8u) << "version and count";
+}
+
 TEST(ItemCodec, OverlappingAndTouchingFieldsShareOneCopy) {
   auto buf = std::make_shared<std::string>(10000, '\0');
   for (size_t i = 0; i < buf->size(); ++i) (*buf)[i] = static_cast<char>(i * 7);
