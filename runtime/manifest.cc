@@ -343,7 +343,9 @@ Result<Manifest> decode(const ManifestSource& source, uint64_t total_bytes, cons
     const uint64_t at = r.body_pos();
     std::string_view table = r.take(static_cast<size_t>(table_bytes));
     if (whole != nullptr) table = std::string_view(whole + 24 + at, table.size());
-    if (!SampleTable::decode(table, ns, whole != nullptr ? keep : nullptr, &s.samples))
+    if (!SampleTable::decode(table, ns, whole != nullptr ? keep : nullptr, &s.samples,
+                             check == ManifestCheck::kFull ? SampleTable::Check::kCanonical
+                                                           : SampleTable::Check::kBounds))
       return settle(corrupt(name + ": manifest sample table is malformed"));
   }
   if (!r.io.is_ok()) return Status(r.io.code(), name + ": " + r.io.message());

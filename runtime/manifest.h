@@ -121,7 +121,9 @@ uint64_t compute_fingerprint(const Manifest& m);
 std::string encode_manifest(const Manifest& m, bool checksum = true);
 
 // What decode_manifest() checks beyond the magic, the version and the layout (which it
-// always checks, so that damage is an error, never a crash).
+// always checks, so that damage is an error, never a crash). Only kFull checks that each
+// sample table is coded as this build codes it (SampleTable::Check::kCanonical); the
+// others take the tables' bounds only, vouched for by the checksum or the rank.
 enum class ManifestCheck {
   // Nothing more: for bytes that a process of the same job encoded moments before and
   // handed over in memory (a rank's manifest for its worker processes), whose fingerprint

@@ -197,13 +197,16 @@ void SampleTable::const_iterator::decode() {
 }
 
 bool SampleTable::decode(std::string_view bytes, uint64_t count, std::shared_ptr<const void> keep,
-                         SampleTable* out) {
+                         SampleTable* out, Check check) {
   out->clear();
   // The smallest entry is five one-byte varints.
   if (count > bytes.size() / 5) return false;
   size_t pos = 0;
   bool ok = true;
   auto varint = [&]() -> uint64_t {
+    // Most numbers of a table take one byte (shared prefixes, the gaps between samples).
+    if (pos < bytes.size() && static_cast<unsigned char>(bytes[pos]) < 0x80)
+      return static_cast<unsigned char>(bytes[pos++]);
     uint64_t v = 0;
     for (int shift = 0; shift < 70; shift += 7) {
       if (pos >= bytes.size()) break;
@@ -221,6 +224,7 @@ bool SampleTable::decode(std::string_view bytes, uint64_t count, std::shared_ptr
   };
   SampleTable t;
   t.blocks_.reserve(static_cast<size_t>((count + kBlock - 1) / kBlock));
+  SampleEntry e;  // its key stays empty: Totals::add() reads the numbers
   for (uint64_t i = 0; i < count && ok; ++i) {
     if (i % kBlock == 0) {
       t.blocks_.push_back(pos);
@@ -228,15 +232,17 @@ bool SampleTable::decode(std::string_view bytes, uint64_t count, std::shared_ptr
       t.last_end_ = 0;
     }
     const uint64_t shared = varint(), rest = varint();
-    if (!ok || shared > t.last_key_.size() || rest > bytes.size() - pos) return false;
-    // The shared prefix is the longest one, as push_back() writes it.
-    if (shared < t.last_key_.size() && rest > 0 &&
-        bytes[pos] == t.last_key_[static_cast<size_t>(shared)])
-      return false;
-    t.last_key_.resize(static_cast<size_t>(shared));
-    t.last_key_.append(bytes, pos, static_cast<size_t>(rest));
+    if (!ok || rest > bytes.size() - pos) return false;
+    if (check == Check::kCanonical) {
+      if (shared > t.last_key_.size()) return false;
+      // The shared prefix is the longest one, as push_back() writes it.
+      if (shared < t.last_key_.size() && rest > 0 &&
+          bytes[pos] == t.last_key_[static_cast<size_t>(shared)])
+        return false;
+      t.last_key_.resize(static_cast<size_t>(shared));
+      t.last_key_.append(bytes, pos, static_cast<size_t>(rest));
+    }
     pos += static_cast<size_t>(rest);
-    SampleEntry e;
     e.begin = t.last_end_ + unzigzag(varint());
     e.end = e.begin + unzigzag(varint());
     e.payload_bytes = varint();
@@ -252,6 +258,9 @@ bool SampleTable::decode(std::string_view bytes, uint64_t count, std::shared_ptr
     t.own_.assign(bytes);
   }
   t.count_ = static_cast<size_t>(count);
+  // The key the next push_back() is coded against, where the walk did not rebuild keys.
+  if (check == Check::kBounds && count % kBlock != 0)
+    t.last_key_ = t.iterator_at(t.count_ - 1)->key;
   *out = std::move(t);
   return true;
 }

@@ -193,15 +193,21 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     uint64_t total = 0, fields = 0, items = 0;
     for (const auto& src : job.manifest->sources) {
       const bool ranges = src.kind == SourceKind::kTar && !io::is_remote_uri(src.uri);
+      items += src.samples.size();
+      const auto& sums = src.samples.totals();
+      if (!ranges || sums.max_range < mapped) {  // every sample read whole: no walk
+        total += sums.payload_bytes;
+        copied_largest = std::max(copied_largest, sums.max_payload);
+        continue;
+      }
       for (const auto& sample : src.samples) {
-        if (ranges && sample.end - sample.begin >= mapped) {
+        if (sample.end - sample.begin >= mapped) {
           fields += std::min(sample.payload_bytes, small_fields);
         } else {
           total += sample.payload_bytes;
           copied_largest = std::max(copied_largest, sample.payload_bytes);
         }
       }
-      items += src.samples.size();
     }
     copied = (total + fields) / std::max<uint64_t>(1, items);
     copied_fields = fields / std::max<uint64_t>(1, items);

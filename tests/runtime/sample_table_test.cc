@@ -151,6 +151,70 @@ TEST(SampleTable, AssignsFromListsAndVectors) {
   EXPECT_EQ(SampleTable(v).to_vector().size(), 50u);
 }
 
+// Check::kBounds, for bytes something vouches for: keys are skipped on the walk, yet the
+// table reads, sums and grows exactly as one decoded with every check.
+TEST(SampleTable, ABoundsOnlyDecodeReadsTheSame) {
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<SampleEntry>> tables;
+  for (size_t n : {0u, 1u, 15u, 16u, 17u, 33u}) tables.push_back(tar_like(n));
+  for (int round = 0; round < 5; ++round) {
+    std::vector<SampleEntry> want;
+    for (size_t i = 0, n = rng() % 60; i < n; ++i) {
+      SampleEntry e;
+      if (!want.empty() && rng() % 2) e.key = want.back().key.substr(0, rng() % 8);
+      while (e.key.size() < rng() % 20) e.key.push_back(static_cast<char>('a' + rng() % 3));
+      e.begin = rng() >> (rng() % 64);
+      e.end = rng() >> (rng() % 64);
+      e.payload_bytes = rng() % 5000;
+      want.push_back(e);
+    }
+    tables.push_back(want);
+  }
+  for (const auto& want : tables) {
+    const SampleTable t(want);
+    SampleTable back;
+    ASSERT_TRUE(
+        SampleTable::decode(t.encoded(), t.size(), nullptr, &back, SampleTable::Check::kBounds));
+    expect_holds(back, want);
+    EXPECT_EQ(back.encoded(), t.encoded());
+    // The next entry is coded against the last key, which the walk did not rebuild.
+    SampleTable grown(want);
+    for (const auto& e : tar_like(3)) {
+      back.push_back(e);
+      grown.push_back(e);
+    }
+    EXPECT_EQ(back.encoded(), grown.encoded()) << want.size() << " entries";
+  }
+}
+
+// Two entries "ab" then "ac" (ranges of 10 bytes, payload 5), the second coded with no
+// shared prefix: a walk of bounds only takes it, the canonical one refuses it, and an entry
+// cut short or a key running past the end is refused by both.
+TEST(SampleTable, OnlyTheCanonicalDecodeRefusesAnotherCodingOfTheSameEntries) {
+  const std::string canonical{0, 2, 'a', 'b', 0, 20, 5, 1, 1, 'c', 0, 20, 5};
+  const std::string other{0, 2, 'a', 'b', 0, 20, 5, 0, 2, 'a', 'c', 0, 20, 5};
+  const auto canon = SampleTable::Check::kCanonical, bounds = SampleTable::Check::kBounds;
+  SampleTable t;
+  ASSERT_TRUE(SampleTable::decode(canonical, 2, nullptr, &t, canon));
+  expect_holds(t, {{"ab", 0, 10, 5}, {"ac", 10, 20, 5}});
+  EXPECT_FALSE(SampleTable::decode(other, 2, nullptr, &t, canon));
+  EXPECT_TRUE(t.empty());
+  ASSERT_TRUE(SampleTable::decode(other, 2, nullptr, &t, bounds));
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[1].key, "ac");
+  EXPECT_EQ(t[1].begin, 10u);
+  EXPECT_EQ(t.byte_range(0, 2).end, 20u);
+  EXPECT_EQ(t.totals().payload_bytes, 10u);
+  for (auto check : {canon, bounds}) {
+    EXPECT_FALSE(SampleTable::decode(canonical.substr(0, 12), 2, nullptr, &t, check));
+    std::string long_key = canonical;
+    long_key[8] = 9;  // the second key's rest: 9 bytes, where 5 are left
+    EXPECT_FALSE(SampleTable::decode(long_key, 2, nullptr, &t, check));
+    EXPECT_FALSE(SampleTable::decode(canonical, 3, nullptr, &t, check)) << "a third entry";
+    EXPECT_FALSE(SampleTable::decode(canonical + '\0', 2, nullptr, &t, check)) << "a byte after";
+  }
+}
+
 // The point of the table: a million tiny samples of a tar shard cost a few MB, not 56 MB.
 TEST(SampleTable, TinySamplesCostFewBytes) {
   SampleTable t;
