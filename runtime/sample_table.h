@@ -119,14 +119,14 @@ class SampleTable {
   // Makes *out the table of `count` entries that `bytes` (a stream encoded() gave) holds:
   // a copy of them, or, with `keep` set, the bytes themselves, which must stay unchanged
   // while `keep` lives (the table and its copies hold it).
-  // Every entry is checked to lie inside the bytes, which must hold nothing else, and with
-  // kCanonical to be coded as push_back() codes it (shortest varints, longest shared
-  // prefix), so a table has one encoding: false for anything else (damage), and *out is
-  // left empty. kBounds skips the keys instead of rebuilding each to compare its prefix (a
-  // quarter fewer instructions on tar shards of small samples, docs/performance.md): for
-  // bytes this build wrote that something else vouches for
-  // (a manifest's checksum, or the rank that handed them to its worker processes). Either
-  // way reading the table never goes outside the bytes.
+  // Every entry is checked to lie inside the bytes, which must hold nothing else, and its
+  // varints to be the shortest; with kCanonical each shared prefix is also checked to be
+  // the longest, as push_back() codes it, so that a table has one encoding. False for
+  // anything else (damage), and *out is left empty. kBounds skips the keys instead of
+  // rebuilding each to compare its prefix (a quarter fewer instructions on tar shards of
+  // small samples, docs/performance.md), for bytes this build wrote that something else
+  // vouches for: a manifest's checksum, or the rank that handed them to its worker
+  // processes. Either way, reading the table never goes outside the bytes.
   enum class Check { kCanonical, kBounds };
   static bool decode(std::string_view bytes, uint64_t count, std::shared_ptr<const void> keep,
                      SampleTable* out, Check check = Check::kCanonical);
