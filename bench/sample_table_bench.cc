@@ -13,6 +13,8 @@
 //   BM_SampleTableByteRange byte_range() of every chunk of 18 samples (a worker's reads)
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
