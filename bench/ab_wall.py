@@ -90,6 +90,9 @@ def measure(args, files, source, reference):
         return [binary, "run", "--source", source, "--workers", "2", "--batch-size", "64",
                 "--json"] + extra
 
+    def from_disk(blocks):  # 512-byte blocks of input over --redo-disk-mb
+        return blocks * 512 > args.redo_disk_mb * 1e6
+
     # A timed run after a warm-up: wall, CPU, peak RSS, loop seconds, and the 512-byte
     # blocks its processes read from the disk. Run again while it read more than allowed.
     def timed(label, cmd, json_out):
@@ -105,7 +108,7 @@ def measure(args, files, source, reference):
                 raise SystemExit(f"{label}: exit {p.returncode}: {p.stderr[-2000:]}")
             cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
             blocks = after.ru_inblock - before.ru_inblock
-            if blocks * 512 <= args.redo_disk_mb * 1e6 or attempt == args.redo_disk:
+            if not from_disk(blocks) or attempt == args.redo_disk:
                 break
             redone[label] += 1
         if not json_out:
@@ -122,17 +125,17 @@ def measure(args, files, source, reference):
             res[label].append(timed(label, command(binary, extra), True))
     cat = [r[0] for r in res[reference[0]]]
     for label, runs in res.items():
-        disk = [r[4] for r in runs if r[4] * 512 > args.redo_disk_mb * 1e6]
+        disk = [r[4] for r in runs if from_disk(r[4])]
         disk_note = (f"  read from disk: {len(disk)} runs kept (up to "
                      f"{max(disk) * 512 / 1e6:.1f} MB)" if disk else "")
         redo_note = f"  {redone[label]} runs again after reading from disk" if redone[label] else ""
-        cpu_note = f"  CPU {statistics.median(r[1] for r in runs):.3f} s"
         ratios = [c / r[0] for c, r in zip(cat, runs)]
         loops = [r[3] for r in runs if r[3] is not None]
         loop = f"  loop {statistics.median(loops):.3f} s" if loops else ""
         print(f"{label:10s} wall {statistics.median(r[0] for r in runs):.3f} s  "
               f"{reference[0]}/wall {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f}){cpu_note}  peak RSS "
+              f"({min(ratios):.2f}-{max(ratios):.2f})  CPU "
+              f"{statistics.median(r[1] for r in runs):.3f} s  peak RSS "
               f"{max(r[2] for r in runs) // 1024} MiB{loop}{redo_note}{disk_note}")
 
 
