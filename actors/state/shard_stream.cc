@@ -66,7 +66,48 @@ ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleR
           return Status::ok();
         });
     if (!room.is_ok()) break;
+    cursors_[k].named = c.next_chunk + 1;
   }
+}
+
+void ShardStreams::name_ahead(Cursor& c) {
+  const size_t n = c.seq.num_chunks();
+  if (c.next_chunk < c.named || c.next_chunk >= n) return;
+  // The next chunk, and while the file wants larger hints (a remote tar shard: one request
+  // per hint), the chunks after it as far as they follow it in the file (not where chunks
+  // are shuffled) and the hint is below the file's size for one. A shard holds up to about
+  // two hints' bytes in fetched blocks (the one its items use and the next), so the hints
+  // of all the unit's shards together stay within kUnitHintBytes.
+  const uint64_t share = kUnitHintBytes / cursors_.size();
+  uint64_t budget = 0, bytes = 0;
+  size_t i = c.next_chunk;
+  for (; i < n; ++i) {
+    if (i > c.next_chunk && c.seq.chunk_begin(i) != c.seq.chunk_end(i - 1)) break;
+    const size_t before = runs_.size();
+    uint64_t more = 0;
+    (void)for_each_run(job_, c.seq, i,
+                       [&](uint32_t source, uint64_t first, uint64_t last, uint64_t) {
+                         if (runs_.empty()) budget = std::min(reader_.hint_bytes(source), share);
+                         runs_.push_back({source, first, last});
+                         if (budget > 0) more += reader_.tar_bytes(source, first, last);
+                         return Status::ok();
+                       });
+    if (i > c.next_chunk && (budget == 0 || bytes + more > budget)) {
+      runs_.resize(before);
+      break;
+    }
+    bytes += more;
+  }
+  c.named = i;
+  // One hint per range of a file: runs of consecutive chunks that follow each other join.
+  for (size_t r = 0; r < runs_.size();) {
+    Run joined = runs_[r];
+    for (++r; r < runs_.size() && runs_[r].source == joined.source && runs_[r].first == joined.last;
+         ++r)
+      joined.last = runs_[r].last;
+    reader_.will_need(joined.source, joined.first, joined.last);
+  }
+  runs_.clear();
 }
 
 Result<Item> ShardStreams::next(uint32_t k) {
@@ -85,12 +126,7 @@ Result<Item> ShardStreams::next(uint32_t k) {
     ++c.next_chunk;
     // Say what this shard reads next, so that a remote file fetches it (and a next shard
     // is opened) while this chunk's items are emitted.
-    if (c.next_chunk < c.seq.num_chunks())
-      (void)for_each_run(job_, c.seq, c.next_chunk,
-                         [&](uint32_t source, uint64_t first, uint64_t last, uint64_t) {
-                           reader_.will_need(source, first, last);
-                           return Status::ok();
-                         });
+    name_ahead(c);
   }
   Item item = std::move(c.items[c.perm[c.pos++]]);
   item.shard = unit_.shards[k];

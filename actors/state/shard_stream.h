@@ -3,8 +3,11 @@
 // epoch's permuted order, every shard starting at its consumed position (a resumed shard
 // reads the chunk it was in again and skips what was consumed). After reading a chunk it
 // names the shard's next chunk to the reader (will_need), so a remote file fetches it
-// while this chunk's items are used. load_shard() reads what is left of one shard at once
-// (broadcast dispatch: the dispatcher loads a whole logical shard).
+// while this chunk's items are used. Where the file wants larger hints
+// (RandomAccessFile::hint_bytes(): a remote tar shard, one request per hint), the chunks
+// that follow that one in the file are named with it, and each chunk is named once.
+// load_shard() reads what is left of one shard at once (broadcast dispatch: the
+// dispatcher loads a whole logical shard).
 //
 // Single-owner: used by one thread (the worker's or the dispatcher's).
 #pragma once
@@ -34,12 +37,24 @@ class ShardStreams {
     std::vector<uint32_t> perm;  // emission order
     size_t pos = 0;
     uint64_t skip = 0;  // items of the next chunk consumed before a resume
+    size_t named = 0;   // chunks before this one have been named to the reader
   };
+  // Names the cursor's next chunk to the reader unless it was named already, with the
+  // chunks after it that follow it in the file where the file wants larger hints.
+  void name_ahead(Cursor& c);
+  // What the hints of all the unit's shards name together at most (beyond one chunk each):
+  // a shard holds up to about two hints' bytes in fetched blocks.
+  static constexpr uint64_t kUnitHintBytes = 16u << 20;
   const JobData& job_;
   const WorkUnit& unit_;
   io::SampleReader& reader_;
   RoleStats* stats_;
   std::vector<Cursor> cursors_;
+  struct Run {
+    uint32_t source;
+    uint64_t first, last;
+  };
+  std::vector<Run> runs_;  // name_ahead()'s scratch
 };
 
 // Loads logical shard `shard`'s items [consumed, take) of its epoch order (epoch key `key`)

@@ -248,6 +248,20 @@ void SampleReader::will_need(uint32_t source, uint64_t first, uint64_t last) {
   (*f)->will_need(begin, static_cast<size_t>(end - begin));
 }
 
+uint64_t SampleReader::hint_bytes(uint32_t source) {
+  if (manifest_->sources.at(source).kind != SourceKind::kTar) return 0;
+  auto f = file(source);
+  return f.is_ok() ? (*f)->hint_bytes() : 0;
+}
+
+uint64_t SampleReader::tar_bytes(uint32_t source, uint64_t first, uint64_t last) const {
+  const auto& src = manifest_->sources.at(source);
+  if (src.kind != SourceKind::kTar || first >= last || last > manifest_->source_items(source))
+    return 0;
+  const auto [begin, end] = src.samples.byte_range(first, last);
+  return end - begin;
+}
+
 Status SampleReader::read_tar(uint32_t source, uint64_t first, uint64_t last, uint64_t id,
                               std::vector<Item>* out) {
   const auto& src = manifest_->sources[source];

@@ -79,6 +79,12 @@ class SampleReader {
   // remote one starts fetching the range in the background (read_ahead.h). Errors are left
   // for read() to report.
   void will_need(uint32_t source, uint64_t first, uint64_t last);
+  // For a caller that names a tar shard's next runs together: how many bytes one hint to
+  // its file had best name (RandomAccessFile::hint_bytes(); 0, also for any other source:
+  // name each run alone), and the bytes of samples [first, last). Opens the file, as a
+  // hint would.
+  uint64_t hint_bytes(uint32_t source);
+  uint64_t tar_bytes(uint32_t source, uint64_t first, uint64_t last) const;
   // How many source files stay open at once (SampleReaderOptions::max_open_files, or
   // max_open_remote_files where every source is remote).
   size_t max_open_files() const { return max_open_; }

@@ -54,6 +54,11 @@ class RandomAccessFile {
   // A hint that [offset, offset + n) will be read soon: a remote file starts fetching it
   // in the background. Never required for correctness.
   virtual void will_need(uint64_t /*offset*/, size_t /*n*/) {}
+  // How many bytes one will_need() had best name. A remote file fetches a hint with one
+  // request, and a request costs more than its bytes: a caller that reads such a file in
+  // order names its next pieces together, up to this many bytes. 0: name each piece alone
+  // (a local file, which the kernel reads ahead).
+  virtual size_t hint_bytes() const { return 0; }
   virtual uint64_t size() const = 0;
   virtual const std::string& uri() const = 0;
   // What identifies this version of the file for the manifest cache (FileInfo::mtime_ns):

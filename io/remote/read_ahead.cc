@@ -215,6 +215,8 @@ class ReadAheadFile : public RandomAccessFile {
         std::make_shared<BlockView>(hit, static_cast<size_t>(offset - hit->begin), n));
   }
 
+  size_t hint_bytes() const override { return o_.readahead_blocks == 0 ? 0 : o_.hint_bytes; }
+
   void will_need(uint64_t offset, size_t n) override {
     if (offset >= base_->size() || o_.readahead_blocks == 0) return;
     {
@@ -372,6 +374,9 @@ Result<ReadAheadOptions> ReadAheadOptions::from_env() {
   o.initial_block_bytes = std::min(o.initial_block_bytes, o.block_bytes);
   uint32_t cache = static_cast<uint32_t>(o.max_cached_bytes);
   SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_FILE_CACHE_BYTES", &cache));
+  uint32_t hint = static_cast<uint32_t>(o.hint_bytes);
+  SY_RETURN_IF_ERROR(env_u32("SHARDYARD_HTTP_HINT_BYTES", &hint));
+  o.hint_bytes = hint;
   o.max_cached_bytes = std::max<size_t>(cache, (o.readahead_blocks + 2) * o.block_bytes);
   return o;
 }

@@ -15,7 +15,9 @@
 // `max_cached_bytes` (the oldest goes first). A byte budget, not a block count: a worker
 // interleaving many logical shards of one file has many small hinted blocks in flight.
 // will_need(offset, n) fetches [offset, offset + n) (at least 64 KiB) in the background;
-// a file that has had a hint gets no blind read-ahead. map(offset, n) gives a view of a
+// a file that has had a hint gets no blind read-ahead; hint_bytes() tells a reader that
+// reads the file in order to name its next pieces together, up to `hint_bytes` (one request
+// each instead of one per piece). map(offset, n) gives a view of a
 // fetched block that holds the whole range (a hinted chunk), so the reader's items keep
 // the block instead of a copy of it; nullptr when no block holds it (the caller reads).
 //
@@ -37,6 +39,9 @@ struct ReadAheadOptions {
   size_t initial_block_bytes = 256u << 10;
   uint32_t readahead_blocks = 2;        // SHARDYARD_HTTP_READAHEAD_BLOCKS; 0 = none
   size_t max_cached_bytes = 48u << 20;  // per open file: SHARDYARD_HTTP_FILE_CACHE_BYTES
+  // What a reader's hint had best name (RandomAccessFile::hint_bytes()):
+  // SHARDYARD_HTTP_HINT_BYTES; 0 = one chunk per hint.
+  size_t hint_bytes = 512u << 10;
 
   static Result<ReadAheadOptions> from_env();
 };

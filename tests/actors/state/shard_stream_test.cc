@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "io/fs/interface.h"
 #include "state_fixture.h"
@@ -99,18 +102,29 @@ TEST_F(ShardStreamsTest, LoadShardReadsWhatIsLeftOfOneShardAtOnce) {
   EXPECT_GT(loaded.bytes, 0u);
 }
 
-// The files of a file system, with every will_need() hint they get noted by file.
+// The files of a file system, with every will_need() hint they get noted by file; their
+// hint_bytes() is what set_hint_bytes() says (0 at first, as for a local file).
 class HintsSeen : public io::FileSystemWrapper {
  public:
   using io::FileSystemWrapper::FileSystemWrapper;
+  using Range = std::pair<uint64_t, uint64_t>;  // [begin, end) of a file
   Result<std::unique_ptr<io::RandomAccessFile>> open(const std::string& uri) override {
     SY_ASSIGN_OR_RETURN(auto f, target()->open(uri));
     return std::unique_ptr<io::RandomAccessFile>(new File(std::move(f), this));
   }
   std::map<std::string, std::set<uint64_t>> hints() {
     std::lock_guard<std::mutex> lock(mu_);
+    std::map<std::string, std::set<uint64_t>> starts;
+    for (const auto& [uri, ranges] : hints_)
+      for (const auto& r : ranges) starts[uri].insert(r.first);
+    return starts;
+  }
+  // Every hint's range, in the order they came.
+  std::map<std::string, std::vector<Range>> ranges() {
+    std::lock_guard<std::mutex> lock(mu_);
     return hints_;
   }
+  void set_hint_bytes(size_t n) { hint_bytes_ = n; }
 
  private:
   class File : public io::RandomAccessFile {
@@ -125,21 +139,68 @@ class HintsSeen : public io::FileSystemWrapper {
     void will_need(uint64_t offset, size_t n) override {
       {
         std::lock_guard<std::mutex> lock(fs_->mu_);
-        fs_->hints_[f_->uri()].insert(offset);
+        fs_->hints_[f_->uri()].emplace_back(offset, offset + n);
       }
       f_->will_need(offset, n);
     }
     uint64_t size() const override { return f_->size(); }
     const std::string& uri() const override { return f_->uri(); }
     int64_t version() const override { return f_->version(); }
+    size_t hint_bytes() const override { return fs_->hint_bytes_; }
 
    private:
     std::unique_ptr<io::RandomAccessFile> f_;
     HintsSeen* fs_;
   };
   std::mutex mu_;
-  std::map<std::string, std::set<uint64_t>> hints_;
+  std::map<std::string, std::vector<Range>> hints_;
+  std::atomic<size_t> hint_bytes_{0};
 };
+
+// The byte ranges of every chunk of the unit's shards, by file (a chunk that spans the end
+// of a file and the start of the next has a range in each), with the chunk's logical shard
+// and place in the shard's epoch order.
+using ChunkRanges = std::map<std::string, std::map<HintsSeen::Range, std::pair<uint32_t, size_t>>>;
+ChunkRanges chunk_ranges(const JobData& job, const WorkUnit& u) {
+  ChunkRanges out;
+  for (uint32_t shard : u.shards) {
+    ShardSequence seq(job.shards, shard, job.plan.chunk_items, job.plan.shuffle,
+                      job.manifest->seekable(), u.epoch_key);
+    for (size_t i = 0; i < seq.num_chunks(); ++i) {
+      for (uint64_t g = seq.chunk_begin(i); g < seq.chunk_end(i);) {
+        const auto loc = job.index.locate(g);
+        const uint64_t end = std::min(seq.chunk_end(i), job.index.source_end(loc.source));
+        const auto& src = job.manifest->sources[loc.source];
+        const auto r = src.samples.byte_range(loc.sample, loc.sample + (end - g));
+        out[src.uri][{r.begin, r.end}] = {shard, i};
+        g = end;
+      }
+    }
+  }
+  return out;
+}
+
+// Takes the items of the unit from the `from`-th of each shard up to `until` (every one by
+// default; none before `from` taken yet),
+// a round over its shards at a time (as a worker interleaves them), and checks each shard's
+// items against its epoch order.
+void read_all(const JobData& job, const WorkUnit& u, ShardStreams& streams, size_t from = 0,
+              size_t until = SIZE_MAX) {
+  std::vector<std::vector<uint64_t>> expected;
+  for (uint32_t k = 0; k < u.shards.size(); ++k)
+    expected.push_back(shard_order(job, u.shards[k], u.epoch_key));
+  for (size_t i = from; i < until; ++i) {
+    bool any = false;
+    for (uint32_t k = 0; k < u.shards.size(); ++k) {
+      if (i >= expected[k].size()) continue;
+      any = true;
+      auto item = streams.next(k);
+      ASSERT_TRUE(item.is_ok()) << item.status().to_string();
+      EXPECT_EQ(item->id, expected[k][i]) << "logical shard " << u.shards[k];
+    }
+    if (!any) return;
+  }
+}
 
 TEST_F(ShardStreamsTest, EveryShardSaysWhatItReadsFirstBeforeTheFirstItem) {
   // A unit's first round takes an item of each of its shards: each is told at once where it
@@ -194,6 +255,118 @@ TEST_F(ShardStreamsTest, TheFirstChunksAreHintedAsFarAsTheReaderKeepsFilesOpen) 
     auto item = streams.next(k);
     ASSERT_TRUE(item.is_ok()) << item.status().to_string();
     EXPECT_EQ(item->id, expected[0]);
+  }
+}
+
+// Checks the hints against the chunks: each hint is whole chunks of its file that come one
+// after another in a shard's epoch order, at most `per_hint` bytes unless it is one chunk;
+// every chunk lies inside exactly one hint, so none is fetched twice. Returns the number of
+// hints.
+size_t check_hints(const ChunkRanges& chunks,
+                   const std::map<std::string, std::vector<HintsSeen::Range>>& hinted,
+                   uint64_t per_hint) {
+  size_t hints = 0, named = 0;
+  for (const auto& [uri, ranges] : hinted) {
+    const auto& mine = chunks.at(uri);
+    named += mine.size();
+    for (const auto& h : ranges) {
+      ++hints;
+      std::vector<std::pair<uint32_t, size_t>> inside;  // in file order
+      uint64_t at = h.first;
+      for (const auto& [c, place] : mine) {
+        if (c.first < h.first || c.second > h.second) continue;
+        EXPECT_EQ(c.first, at) << uri << ": a hint at " << h.first << " with a gap";
+        at = c.second;
+        inside.push_back(place);
+      }
+      EXPECT_EQ(at, h.second) << uri << ": a hint at " << h.first << " is not whole chunks";
+      EXPECT_FALSE(inside.empty()) << uri << ": a hint at " << h.first << " names no chunk";
+      if (inside.size() <= 1) continue;
+      EXPECT_LE(h.second - h.first, per_hint) << uri << " at " << h.first;
+      for (size_t i = 1; i < inside.size(); ++i)
+        EXPECT_EQ(inside[i], std::make_pair(inside[0].first, inside[0].second + i))
+            << uri << ": a hint at " << h.first << " joins chunks not read one after another";
+    }
+    for (const auto& [c, place] : mine) {
+      int in = 0;
+      for (const auto& h : ranges) in += h.first <= c.first && c.second <= h.second;
+      EXPECT_EQ(in, 1) << uri << " chunk at " << c.first;
+    }
+  }
+  size_t num_chunks = 0;
+  for (const auto& [uri, ranges] : chunks) num_chunks += ranges.size();
+  EXPECT_EQ(named, num_chunks) << "a file none of whose chunks was named";
+  return hints;
+}
+
+TEST_F(ShardStreamsTest, AFileThatWantsLargerHintsGetsTheChunksThatFollowInOne) {
+  // A remote shard fetches a hint with one request: where chunks follow each other in the
+  // file (no shuffle), a shard names its next chunks together, as many as the file's
+  // hint_bytes() holds (at least one), each chunk once.
+  JobSpec spec;
+  spec.plan.shuffle = false;
+  spec.plan.logical_shards = 3;
+  spec.plan.chunk_items = 2;
+  testing::TempDir tmp;
+  auto job = make_test_job(tmp.path(), spec);
+  ASSERT_NE(job, nullptr);
+  WorkUnit u;
+  u.epoch = 2;
+  u.epoch_key = epoch_key(job->plan.seed, 2);
+  for (uint32_t j = 0; j < job->shards.count(); ++j) {
+    u.shards.push_back(j);
+    u.take.push_back(job->shards.size(j));
+    u.consumed.push_back(0);
+  }
+  const auto chunks = chunk_ranges(*job, u);
+  size_t num_chunks = 0;
+  uint64_t chunk_bytes = 0;
+  for (const auto& [uri, ranges] : chunks)
+    for (const auto& [r, place] : ranges) {
+      ++num_chunks;
+      chunk_bytes = std::max(chunk_bytes, r.second - r.first);
+    }
+  for (uint64_t per_hint : {uint64_t{0}, 3 * chunk_bytes, 100 * chunk_bytes}) {
+    HintsSeen fs(job->fs);
+    fs.set_hint_bytes(per_hint);
+    io::SampleReader reader(fs, job->manifest, job->pool);
+    ShardStreams streams(*job, u, reader);
+    read_all(*job, u, streams);
+    const size_t hints = check_hints(chunks, fs.ranges(), per_hint);
+    if (per_hint == 0) {
+      EXPECT_EQ(hints, num_chunks);
+    } else {
+      // 100 samples in 3 logical shards of 2-sample chunks over 4 files.
+      EXPECT_LT(hints, per_hint > 3 * chunk_bytes ? num_chunks / 4 : num_chunks / 2)
+          << "hints of " << per_hint << " bytes";
+    }
+  }
+}
+
+TEST_F(ShardStreamsTest, ChunksInAShuffledOrderAreNamedTogetherOnlyWhereTheyFollowInTheFile) {
+  // Chunks in a shuffled order mostly do not follow each other in the file: those are named
+  // alone, whatever the file's hint_bytes(), and those that do (check_hints) together.
+  const WorkUnit u = unit();
+  const auto chunks = chunk_ranges(*job_, u);
+  size_t num_chunks = 0;
+  for (const auto& [uri, ranges] : chunks) num_chunks += ranges.size();
+  for (size_t per_hint : {size_t{0}, size_t{1} << 20}) {
+    HintsSeen fs(job_->fs);
+    fs.set_hint_bytes(per_hint);
+    io::SampleReader reader(fs, job_->manifest, job_->pool);
+    ShardStreams streams(*job_, u, reader);
+    // After a first item of each shard: its first chunk and the next are named, not more.
+    read_all(*job_, u, streams, 0, 1);
+    size_t early = 0;
+    for (const auto& [uri, ranges] : fs.ranges()) early += ranges.size();
+    EXPECT_LE(early, 2 * u.shards.size() + 4) << "hint_bytes " << per_hint;
+    read_all(*job_, u, streams, 1);
+    const size_t hints = check_hints(chunks, fs.ranges(), per_hint);
+    if (per_hint == 0) {
+      EXPECT_EQ(hints, num_chunks);
+    } else {
+      EXPECT_GT(hints, num_chunks / 2);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -144,6 +145,47 @@ TEST(ReadAhead, AHintedRangeIsMappedAsAViewOfItsBlock) {
   for (uint64_t off = 500000; off < base->size(); off += 4096) expect_bytes(*f, *base, off, 4096);
   EXPECT_EQ(std::memcmp((*view)->data(), base->bytes().data() + 300000, 70000), 0);
   EXPECT_EQ(std::memcmp((*next)->data(), base->bytes().data() + 370000, 70000), 0);
+}
+
+// A reader that names several chunks in one hint (as ShardStreams does when hint_bytes()
+// asks for it) gets them with one request, and each chunk is a view of that one block.
+TEST(ReadAhead, ChunksNamedInOneHintAreOneRequestAndEachAViewOfIt) {
+  auto base = std::make_shared<CountingFile>(1 << 20);
+  ReadAheadOptions o = small_blocks();
+  o.block_bytes = 256 << 10;
+  o.hint_bytes = 200000;
+  auto f = read_ahead_file(base, o);
+  EXPECT_EQ(f->hint_bytes(), 200000u);
+  f->will_need(100000, 3 * 60000);  // three chunks of 60000 bytes
+  std::vector<std::shared_ptr<const MappedRange>> views;
+  for (uint64_t at = 100000; at < 280000; at += 60000) {
+    auto view = f->map(at, 60000);
+    ASSERT_TRUE(view.is_ok()) << view.status().to_string();
+    ASSERT_NE(*view, nullptr) << "chunk at " << at;
+    EXPECT_EQ(std::memcmp((*view)->data(), base->bytes().data() + at, 60000), 0);
+    views.push_back(std::move(*view));
+  }
+  EXPECT_EQ(base->reads(), (std::vector<std::pair<uint64_t, size_t>>{{100000, 180000}}));
+  // Its last chunk taken, the block has left the cache: a read of it asks again.
+  expect_bytes(*f, *base, 100000, 1000);
+  EXPECT_EQ(base->reads().size(), 2u);
+  // A file without read-ahead takes hints of one chunk.
+  o.readahead_blocks = 0;
+  EXPECT_EQ(read_ahead_file(base, o)->hint_bytes(), 0u);
+}
+
+TEST(ReadAhead, TheHintSizeComesFromTheEnvironment) {
+  EXPECT_EQ(ReadAheadOptions{}.hint_bytes, 512u << 10);
+  ::setenv("SHARDYARD_HTTP_HINT_BYTES", "0", 1);
+  auto o = ReadAheadOptions::from_env();
+  ::setenv("SHARDYARD_HTTP_HINT_BYTES", "nonsense", 1);
+  auto bad = ReadAheadOptions::from_env();
+  ::unsetenv("SHARDYARD_HTTP_HINT_BYTES");
+  ASSERT_TRUE(o.is_ok()) << o.status().to_string();
+  EXPECT_EQ(o->hint_bytes, 0u);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("SHARDYARD_HTTP_HINT_BYTES"), std::string::npos)
+      << bad.status().to_string();
 }
 
 // What no fetched block holds whole is not mapped: the caller reads it.
