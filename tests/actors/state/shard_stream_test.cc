@@ -21,6 +21,19 @@ using testing::JobSpec;
 using testing::make_test_job;
 using testing::shard_order;
 
+// A unit of every logical shard of `job`, whole, from `consumed` items on (epoch 2).
+WorkUnit whole_unit(const JobData& job, uint64_t consumed = 0) {
+  WorkUnit u;
+  u.epoch = 2;
+  u.epoch_key = epoch_key(job.plan.seed, 2);
+  for (uint32_t j = 0; j < job.shards.count(); ++j) {
+    u.shards.push_back(j);
+    u.take.push_back(job.shards.size(j));
+    u.consumed.push_back(std::min<uint64_t>(consumed, job.shards.size(j)));
+  }
+  return u;
+}
+
 class ShardStreamsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -32,18 +45,7 @@ class ShardStreamsTest : public ::testing::Test {
     job_ = make_test_job(tmp_.path(), spec);
     ASSERT_NE(job_, nullptr);
   }
-  // A unit of every logical shard, whole, from `consumed` items on.
-  WorkUnit unit(uint64_t consumed = 0) const {
-    WorkUnit u;
-    u.epoch = 2;
-    u.epoch_key = epoch_key(job_->plan.seed, 2);
-    for (uint32_t j = 0; j < job_->shards.count(); ++j) {
-      u.shards.push_back(j);
-      u.take.push_back(job_->shards.size(j));
-      u.consumed.push_back(std::min<uint64_t>(consumed, job_->shards.size(j)));
-    }
-    return u;
-  }
+  WorkUnit unit(uint64_t consumed = 0) const { return whole_unit(*job_, consumed); }
 
   testing::TempDir tmp_;
   std::shared_ptr<const JobData> job_;
@@ -310,14 +312,7 @@ TEST_F(ShardStreamsTest, AFileThatWantsLargerHintsGetsTheChunksThatFollowInOne) 
   testing::TempDir tmp;
   auto job = make_test_job(tmp.path(), spec);
   ASSERT_NE(job, nullptr);
-  WorkUnit u;
-  u.epoch = 2;
-  u.epoch_key = epoch_key(job->plan.seed, 2);
-  for (uint32_t j = 0; j < job->shards.count(); ++j) {
-    u.shards.push_back(j);
-    u.take.push_back(job->shards.size(j));
-    u.consumed.push_back(0);
-  }
+  const WorkUnit u = whole_unit(*job);
   const auto chunks = chunk_ranges(*job, u);
   size_t num_chunks = 0;
   uint64_t chunk_bytes = 0;
