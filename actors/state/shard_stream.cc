@@ -73,11 +73,11 @@ ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleR
 void ShardStreams::name_ahead(Cursor& c) {
   const size_t n = c.seq.num_chunks();
   if (c.next_chunk < c.named || c.next_chunk >= n) return;
-  // The next chunk, and while the file wants larger hints (a remote tar shard: one request
-  // per hint), the chunks after it as far as they follow it in the file (not where chunks
-  // are shuffled) and the hint is below the file's size for one. A shard holds up to about
-  // two hints' bytes in fetched blocks (the one its items use and the next), so the hints
-  // of all the unit's shards together stay within kUnitHintBytes.
+  // The next chunk, and where the file wants larger hints (a remote tar shard: one request
+  // per hint) the chunks after it, as far as each follows the one before in the file (not
+  // where chunks are shuffled) and the hint stays within the file's hint_bytes(). A shard
+  // holds up to about two hints' bytes in fetched blocks (the one its items use and the
+  // next), so the hints of all the unit's shards together stay within kUnitHintBytes.
   const uint64_t share = kUnitHintBytes / cursors_.size();
   uint64_t budget = 0, bytes = 0;
   size_t i = c.next_chunk;

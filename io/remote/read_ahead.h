@@ -15,9 +15,9 @@
 // `max_cached_bytes` (the oldest goes first). A byte budget, not a block count: a worker
 // interleaving many logical shards of one file has many small hinted blocks in flight.
 // will_need(offset, n) fetches [offset, offset + n) (at least 64 KiB) in the background;
-// a file that has had a hint gets no blind read-ahead; hint_bytes() tells a reader that
-// reads the file in order to name its next pieces together, up to `hint_bytes` (one request
-// each instead of one per piece). map(offset, n) gives a view of a
+// a file that has had a hint gets no blind read-ahead; hint_bytes() asks a reader that reads
+// the file in order to name its next pieces in one hint of up to `hint_bytes` (one request
+// for them all instead of one per piece). map(offset, n) gives a view of a
 // fetched block that holds the whole range (a hinted chunk), so the reader's items keep
 // the block instead of a copy of it; nullptr when no block holds it (the caller reads).
 //
