@@ -182,10 +182,9 @@ ChunkRanges chunk_ranges(const JobData& job, const WorkUnit& u) {
   return out;
 }
 
-// Takes the items of the unit from the `from`-th of each shard up to `until` (every one by
-// default; none before `from` taken yet),
-// a round over its shards at a time (as a worker interleaves them), and checks each shard's
-// items against its epoch order.
+// Takes the items of the unit from the `from`-th of each shard (none before it taken yet)
+// up to the `until`-th (every one by default), a round over its shards at a time (as a
+// worker interleaves them), and checks each shard's items against its epoch order.
 void read_all(const JobData& job, const WorkUnit& u, ShardStreams& streams, size_t from = 0,
               size_t until = SIZE_MAX) {
   std::vector<std::vector<uint64_t>> expected;
