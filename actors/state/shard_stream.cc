@@ -35,8 +35,8 @@ ShardSequence sequence_of(const JobData& job, uint32_t shard, uint64_t key) {
 }  // namespace
 
 ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader,
-                           RoleStats* stats)
-    : job_(job), unit_(unit), reader_(reader), stats_(stats) {
+                           RoleStats* stats, uint64_t unit_hint_bytes)
+    : job_(job), unit_(unit), reader_(reader), stats_(stats), unit_hint_bytes_(unit_hint_bytes) {
   cursors_.reserve(unit.shards.size());
   for (size_t k = 0; k < unit.shards.size(); ++k) {
     ShardSequence seq = sequence_of(job, unit.shards[k], unit.epoch_key);
@@ -77,8 +77,8 @@ void ShardStreams::name_ahead(Cursor& c) {
   // per hint) the chunks after it, as far as each follows the one before in the file (not
   // where chunks are shuffled) and the hint stays within the file's hint_bytes(). A shard
   // holds up to about two hints' bytes in fetched blocks (the one its items use and the
-  // next), so the hints of all the unit's shards together stay within kUnitHintBytes.
-  const uint64_t share = kUnitHintBytes / cursors_.size();
+  // next), so the hints of all the unit's shards together stay within unit_hint_bytes_.
+  const uint64_t share = unit_hint_bytes_ / cursors_.size();
   uint64_t budget = 0, bytes = 0;
   size_t i = c.next_chunk;
   for (; i < n; ++i) {

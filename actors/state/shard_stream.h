@@ -22,10 +22,14 @@ namespace shardyard::actors {
 
 class ShardStreams {
  public:
+  // What the hints of all the unit's shards name together at most (beyond one chunk each):
+  // a shard holds up to about two hints' bytes in fetched blocks.
+  static constexpr uint64_t kUnitHintBytes = 16u << 20;
   // The unit's shards (in its order) from their consumed positions. Reads count as waits
-  // for input of `stats` (may be null).
+  // for input of `stats` (may be null). `unit_hint_bytes`: the bound on the hints of all
+  // its shards together (kUnitHintBytes; another value for tests).
   ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleReader& reader,
-               RoleStats* stats = nullptr);
+               RoleStats* stats = nullptr, uint64_t unit_hint_bytes = kUnitHintBytes);
   // The next item of the unit's k-th shard (logical shard and id set).
   Result<Item> next(uint32_t k);
 
@@ -42,13 +46,11 @@ class ShardStreams {
   // Names the cursor's next chunk to the reader unless it was named already, with the
   // chunks after it that follow it in the file where the file wants larger hints.
   void name_ahead(Cursor& c);
-  // What the hints of all the unit's shards name together at most (beyond one chunk each):
-  // a shard holds up to about two hints' bytes in fetched blocks.
-  static constexpr uint64_t kUnitHintBytes = 16u << 20;
   const JobData& job_;
   const WorkUnit& unit_;
   io::SampleReader& reader_;
   RoleStats* stats_;
+  const uint64_t unit_hint_bytes_;
   std::vector<Cursor> cursors_;
   struct Run {
     uint32_t source;

@@ -337,6 +337,46 @@ TEST_F(ShardStreamsTest, AFileThatWantsLargerHintsGetsTheChunksThatFollowInOne) 
   }
 }
 
+TEST_F(ShardStreamsTest, TheHintsOfAUnitsShardsShareOneBound) {
+  // However large the hints a file wants, a unit's shards together name at most the unit's
+  // bound (ShardStreams::kUnitHintBytes; smaller here): each shard's hint stays within its
+  // share of it, and still names whole chunks, at least one.
+  JobSpec spec;
+  spec.plan.shuffle = false;
+  spec.plan.logical_shards = 3;
+  spec.plan.chunk_items = 2;
+  testing::TempDir tmp;
+  auto job = make_test_job(tmp.path(), spec);
+  ASSERT_NE(job, nullptr);
+  const WorkUnit u = whole_unit(*job);
+  const auto chunks = chunk_ranges(*job, u);
+  size_t num_chunks = 0;
+  uint64_t chunk_bytes = 0;
+  for (const auto& [uri, ranges] : chunks)
+    for (const auto& [r, place] : ranges) {
+      ++num_chunks;
+      chunk_bytes = std::max(chunk_bytes, r.second - r.first);
+    }
+  const uint64_t per_hint = 100 * chunk_bytes;
+  auto hints_with = [&](uint64_t unit_bytes, uint64_t share) {
+    HintsSeen fs(job->fs);
+    fs.set_hint_bytes(per_hint);
+    io::SampleReader reader(fs, job->manifest, job->pool);
+    ShardStreams streams(*job, u, reader, nullptr, unit_bytes);
+    read_all(*job, u, streams);
+    return check_hints(chunks, fs.ranges(), share);
+  };
+  // Only the file's size binds by default (these shards are small).
+  const size_t by_file = hints_with(ShardStreams::kUnitHintBytes, per_hint);
+  // A share of 3 chunks per shard.
+  const uint64_t share = 3 * chunk_bytes;
+  const size_t shared = hints_with(u.shards.size() * share, share);
+  EXPECT_GT(shared, by_file);
+  EXPECT_LT(shared, num_chunks / 2) << "chunks that follow each other are still named together";
+  // A share smaller than a chunk: each chunk alone.
+  EXPECT_EQ(hints_with(u.shards.size() * (chunk_bytes / 4), chunk_bytes / 4), num_chunks);
+}
+
 TEST_F(ShardStreamsTest, ChunksInAShuffledOrderAreNamedTogetherOnlyWhereTheyFollowInTheFile) {
   // Chunks in a shuffled order mostly do not follow each other in the file: those are named
   // alone, whatever the file's hint_bytes(), and those that do (check_hints) together.
