@@ -7,9 +7,9 @@ for; docs/performance.md, "Large samples read into the batch").
 
 Timed: the wall time of the whole process; CPU = user + system of it and of the worker
 processes it waited for. Prints the median wall, the median and range of cat / wall, the
-median CPU, the highest peak RSS and the median `seconds` of the JSON summary (the loop,
-from the loader's start to its last batch: what bench/run_bench.py's table reports) of
-each configuration.
+median CPU, the highest peak RSS, the median `seconds` of the JSON summary (the loop,
+from the loader's start to its last batch: what bench/run_bench.py's table reports) and
+the median `first_batch_seconds` (from the command's start) of each configuration.
 
 A run that read more than --redo-disk-mb from the disk (the children's block input,
 getrusage ru_inblock) although the page cache was warmed right before it (this VM's DAMON
@@ -112,9 +112,10 @@ def measure(args, files, source, reference):
                 break
             redone[label] += 1
         if not json_out:
-            return (wall, cpu, 0, None, blocks)
+            return (wall, cpu, 0, None, blocks, None)
         summary = json.loads(p.stdout.strip().splitlines()[-1])
-        return (wall, cpu, summary["peak_rss_kb"], summary["seconds"], blocks)
+        return (wall, cpu, summary["peak_rss_kb"], summary["seconds"], blocks,
+                summary["first_batch_seconds"])
 
     redone = {label: 0 for label in res}
     for label, binary, extra in configs:  # untimed: the manifest cached
@@ -132,6 +133,9 @@ def measure(args, files, source, reference):
         ratios = [c / r[0] for c, r in zip(cat, runs)]
         loops = [r[3] for r in runs if r[3] is not None]
         loop = f"  loop {statistics.median(loops):.3f} s" if loops else ""
+        firsts = [r[5] for r in runs if r[5] is not None]
+        if firsts:
+            loop += f"  first batch {statistics.median(firsts):.3f} s"
         print(f"{label:10s} wall {statistics.median(r[0] for r in runs):.3f} s  "
               f"{reference[0]}/wall {statistics.median(ratios):.2f} "
               f"({min(ratios):.2f}-{max(ratios):.2f})  CPU "
