@@ -300,38 +300,56 @@ size_t check_hints(const ChunkRanges& chunks,
   return hints;
 }
 
+// A job of 100 samples in 3 logical shards of 2-sample chunks over 4 files, in order (no
+// shuffle), and the chunks of its whole unit: their byte ranges, how many, the largest.
+struct InOrderUnit {
+  testing::TempDir tmp;
+  std::shared_ptr<const JobData> job;
+  WorkUnit unit;
+  ChunkRanges chunks;
+  size_t num_chunks = 0;
+  uint64_t chunk_bytes = 0;
+
+  InOrderUnit() {
+    JobSpec spec;
+    spec.plan.shuffle = false;
+    spec.plan.logical_shards = 3;
+    spec.plan.chunk_items = 2;
+    job = make_test_job(tmp.path(), spec);
+    if (job == nullptr) return;
+    unit = whole_unit(*job);
+    chunks = chunk_ranges(*job, unit);
+    for (const auto& [uri, ranges] : chunks)
+      for (const auto& [r, place] : ranges) {
+        ++num_chunks;
+        chunk_bytes = std::max(chunk_bytes, r.second - r.first);
+      }
+  }
+  // The hints of a pass through the unit where its files want hints of `per_hint` bytes and
+  // its shards share `unit_bytes`.
+  std::map<std::string, std::vector<HintsSeen::Range>> hints(
+      uint64_t per_hint, uint64_t unit_bytes = ShardStreams::kUnitHintBytes) const {
+    HintsSeen fs(job->fs);
+    fs.set_hint_bytes(per_hint);
+    io::SampleReader reader(fs, job->manifest, job->pool);
+    ShardStreams streams(*job, unit, reader, nullptr, unit_bytes);
+    read_all(*job, unit, streams);
+    return fs.ranges();
+  }
+};
+
 TEST_F(ShardStreamsTest, AFileThatWantsLargerHintsGetsTheChunksThatFollowInOne) {
   // A remote shard fetches a hint with one request: where chunks follow each other in the
   // file (no shuffle), a shard names its next chunks together, as many as the file's
   // hint_bytes() holds (at least one), each chunk once.
-  JobSpec spec;
-  spec.plan.shuffle = false;
-  spec.plan.logical_shards = 3;
-  spec.plan.chunk_items = 2;
-  testing::TempDir tmp;
-  auto job = make_test_job(tmp.path(), spec);
-  ASSERT_NE(job, nullptr);
-  const WorkUnit u = whole_unit(*job);
-  const auto chunks = chunk_ranges(*job, u);
-  size_t num_chunks = 0;
-  uint64_t chunk_bytes = 0;
-  for (const auto& [uri, ranges] : chunks)
-    for (const auto& [r, place] : ranges) {
-      ++num_chunks;
-      chunk_bytes = std::max(chunk_bytes, r.second - r.first);
-    }
-  for (uint64_t per_hint : {uint64_t{0}, 3 * chunk_bytes, 100 * chunk_bytes}) {
-    HintsSeen fs(job->fs);
-    fs.set_hint_bytes(per_hint);
-    io::SampleReader reader(fs, job->manifest, job->pool);
-    ShardStreams streams(*job, u, reader);
-    read_all(*job, u, streams);
-    const size_t hints = check_hints(chunks, fs.ranges(), per_hint);
+  const InOrderUnit t;
+  ASSERT_NE(t.job, nullptr);
+  for (uint64_t per_hint : {uint64_t{0}, 3 * t.chunk_bytes, 100 * t.chunk_bytes}) {
+    const size_t hints = check_hints(t.chunks, t.hints(per_hint), per_hint);
     if (per_hint == 0) {
-      EXPECT_EQ(hints, num_chunks);
+      EXPECT_EQ(hints, t.num_chunks);
     } else {
-      // 100 samples in 3 logical shards of 2-sample chunks over 4 files.
-      EXPECT_LT(hints, per_hint > 3 * chunk_bytes ? num_chunks / 4 : num_chunks / 2)
+      EXPECT_LT(hints, per_hint > 3 * t.chunk_bytes ? t.num_chunks / 4 : t.num_chunks / 2)
           << "hints of " << per_hint << " bytes";
     }
   }
@@ -341,40 +359,20 @@ TEST_F(ShardStreamsTest, TheHintsOfAUnitsShardsShareOneBound) {
   // However large the hints a file wants, a unit's shards together name at most the unit's
   // bound (ShardStreams::kUnitHintBytes; smaller here): each shard's hint stays within its
   // share of it, and still names whole chunks, at least one.
-  JobSpec spec;
-  spec.plan.shuffle = false;
-  spec.plan.logical_shards = 3;
-  spec.plan.chunk_items = 2;
-  testing::TempDir tmp;
-  auto job = make_test_job(tmp.path(), spec);
-  ASSERT_NE(job, nullptr);
-  const WorkUnit u = whole_unit(*job);
-  const auto chunks = chunk_ranges(*job, u);
-  size_t num_chunks = 0;
-  uint64_t chunk_bytes = 0;
-  for (const auto& [uri, ranges] : chunks)
-    for (const auto& [r, place] : ranges) {
-      ++num_chunks;
-      chunk_bytes = std::max(chunk_bytes, r.second - r.first);
-    }
-  const uint64_t per_hint = 100 * chunk_bytes;
-  auto hints_with = [&](uint64_t unit_bytes, uint64_t share) {
-    HintsSeen fs(job->fs);
-    fs.set_hint_bytes(per_hint);
-    io::SampleReader reader(fs, job->manifest, job->pool);
-    ShardStreams streams(*job, u, reader, nullptr, unit_bytes);
-    read_all(*job, u, streams);
-    return check_hints(chunks, fs.ranges(), share);
-  };
+  const InOrderUnit t;
+  ASSERT_NE(t.job, nullptr);
+  const uint64_t per_hint = 100 * t.chunk_bytes;
+  const size_t shards = t.unit.shards.size();
   // Only the file's size binds by default (these shards are small).
-  const size_t by_file = hints_with(ShardStreams::kUnitHintBytes, per_hint);
+  const size_t by_file = check_hints(t.chunks, t.hints(per_hint), per_hint);
   // A share of 3 chunks per shard.
-  const uint64_t share = 3 * chunk_bytes;
-  const size_t shared = hints_with(u.shards.size() * share, share);
+  const uint64_t share = 3 * t.chunk_bytes;
+  const size_t shared = check_hints(t.chunks, t.hints(per_hint, shards * share), share);
   EXPECT_GT(shared, by_file);
-  EXPECT_LT(shared, num_chunks / 2) << "chunks that follow each other are still named together";
+  EXPECT_LT(shared, t.num_chunks / 2) << "chunks that follow each other are still named together";
   // A share smaller than a chunk: each chunk alone.
-  EXPECT_EQ(hints_with(u.shards.size() * (chunk_bytes / 4), chunk_bytes / 4), num_chunks);
+  const uint64_t small = t.chunk_bytes / 4;
+  EXPECT_EQ(check_hints(t.chunks, t.hints(per_hint, shards * small), small), t.num_chunks);
 }
 
 TEST_F(ShardStreamsTest, ChunksInAShuffledOrderAreNamedTogetherOnlyWhereTheyFollowInTheFile) {
