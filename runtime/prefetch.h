@@ -4,10 +4,10 @@
 // of them (a lambda handed to a template, before it is inlined) is marked const, and its
 // calls are deleted with it. That took the tar walk's header prefetch out of the -O2 build
 // (the -O3 build inlined it first and kept it), and a loop over a length known only at run
-// time vanished from both. Each line's request here carries an empty asm
-// statement that takes its address, which the compiler must keep, so the requests stay in
-// every build (tests/runtime/prefetch_probe.cc checks it; `objdump -d BINARY | grep -c
-// prefetcht0` counts them).
+// time vanished from both. Each line's request here carries an empty asm statement that
+// takes its address, which the compiler must keep, so the requests stay in every build
+// (tests/runtime/prefetch_probe.cc checks it; `objdump -d BINARY | grep -c prefetcht0`
+// counts them).
 #pragma once
 
 #include <cstddef>

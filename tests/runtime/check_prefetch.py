@@ -13,7 +13,7 @@ PROBES = ["sy_prefetch_probe_header", "sy_prefetch_probe_any"]
 
 
 def functions(objdump, obj):
-    """name -> (has a prefetch instruction, names it calls), from `objdump -dr`."""
+    """name -> [whether it has a prefetch instruction, the names it calls], from `objdump -dr`."""
     text = subprocess.run([objdump, "-dr", obj], check=True, capture_output=True, text=True,
                           timeout=60).stdout
     found = {}
