@@ -85,6 +85,13 @@ def run_one(cmd, files, args, pss=False):
     # The process and the worker processes it waited for, whatever the binary's summary counts
     # (before 2026-11-27 its cpu_seconds left the worker processes out).
     res["tree_cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # The pace after the first batch: what a long epoch sees, without the start of the
+    # workers (worker processes, threads) and the first batch's reads. `seconds` counts from
+    # the manifest's load, first_batch_seconds from the command's start.
+    first = res.get("first_batch_seconds")
+    if first is not None and res.get("batches", 0) > 1:
+        after_first = res["seconds"] - (first - res["manifest_seconds"])
+        res["after_first_samples_per_s"] = (res["samples"] - res["batch_size"]) / after_first
     if sampler:
         res["peak_tree_pss_kb"] = sampler.peak
         res["peak_shmem_kb"] = sampler.peak_shmem
@@ -151,14 +158,16 @@ def main():
         inp, loc = runs["inproc"], runs["local"]
         rows.append((shape, med(inp, "samples_per_s"), med(loc, "samples_per_s"),
                      med(inp, "mb_per_s"), med(loc, "mb_per_s"), med(inp, "tree_cpu_seconds"),
-                     med(loc, "tree_cpu_seconds"), spread(loc, inp, "samples_per_s")))
+                     med(loc, "tree_cpu_seconds"), spread(loc, inp, "samples_per_s"),
+                     med(loc, "after_first_samples_per_s") / med(inp, "after_first_samples_per_s")))
     if rows:
         lines.append("| set | inproc samples/s | local samples/s | inproc MB/s | local MB/s | "
-                     "local / inproc | per rep | CPU s inproc / local |")
-        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for shape, si, sl, mi, ml, ci, cl, (lo, hi) in rows:
+                     "local / inproc | per rep | after the first batch | CPU s inproc / local |")
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for shape, si, sl, mi, ml, ci, cl, (lo, hi), steady in rows:
         lines.append(f"| {shape} | {si:,.0f} | {sl:,.0f} | {mi:,.0f} | {ml:,.0f} | "
-                     f"**{sl / si:.2f}** | {lo:.2f}-{hi:.2f} | {ci:.2f} / {cl:.2f} |")
+                     f"**{sl / si:.2f}** | {lo:.2f}-{hi:.2f} | {steady:.2f} | "
+                     f"{ci:.2f} / {cl:.2f} |")
     # 2. broadcast PSS
     binaries = {"": sy}
     if args.baseline:
@@ -171,6 +180,8 @@ def main():
                  f"({os.cpu_count()} cores), PSS sampled every {args.pss_interval * 1000:.0f} ms; "
                  "\"per rep\": the lowest and highest ratio of rep i "
                  "of one configuration to rep i of the other, which ran back to back; "
+                 "\"after the first batch\": the same ratio of the samples/s from the first "
+                 "batch to the end (without the start of the workers); "
                  "CPU s: user + system of the process and of the worker processes it waited for "
                  "(getrusage of the benchmark's children). Commands:")
     lines.append("")
