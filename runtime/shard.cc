@@ -71,12 +71,23 @@ uint64_t held_bytes(const Manifest& m) {
   return n;
 }
 
-uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards) {
+namespace {
+// Items per chunk of about max(floor, all / L) bytes of what items cost (1 to 8192).
+uint32_t items_per_chunk(const Manifest& m, uint32_t logical_shards, uint64_t floor, uint64_t all) {
   uint64_t n = m.num_samples();
   if (n == 0) return 1;
   const uint64_t per_item = held_bytes(m) / n + kItemCostBytes;
-  uint64_t target = std::max<uint64_t>(64 << 10, (8ull << 20) / std::max(1u, logical_shards));
+  const uint64_t target = std::max<uint64_t>(floor, all / std::max(1u, logical_shards));
   return static_cast<uint32_t>(std::clamp<uint64_t>(target / per_item, 1, 8192));
+}
+}  // namespace
+
+uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards) {
+  return items_per_chunk(m, logical_shards, 64 << 10, 8ull << 20);
+}
+
+uint32_t default_read_items(const Manifest& m, uint32_t logical_shards) {
+  return items_per_chunk(m, logical_shards, 32 << 10, 2ull << 20);
 }
 
 std::vector<uint32_t> assign_contiguous(const std::vector<ShardInfo>& shards, uint32_t parts) {

@@ -111,6 +111,12 @@ uint64_t held_bytes(const Manifest& m);
 // Small chunks also keep the copies in cache; mixing comes from interleaving the logical
 // shards item by item (docs/sharding.md).
 uint32_t default_chunk_items(const Manifest& m, uint32_t logical_shards);
+// How many items a worker reads at once from a logical shard whose order does not depend on
+// its chunks (no shuffle): about max(32 KiB, 2 MiB / L) of what items cost, so the open
+// pieces of a rank's shards stay within a core's share of the cache while they are copied
+// into batches (docs/performance.md, "Smaller reads where the order allows them"). The
+// order and the checkpoints still name the plan's chunk_items.
+uint32_t default_read_items(const Manifest& m, uint32_t logical_shards);
 
 // What a sharding strategy sees of one logical shard.
 struct ShardInfo {

@@ -85,6 +85,10 @@ Result<std::shared_ptr<const JobData>> make_job(JobOptions options) {
   for (const auto& s : pipeline.stages())
     if (!StageRegistry::global().contains(s.type))
       return invalid_argument("unknown stage type '" + s.type + "' in the pipeline spec");
+  job->read_items = plan.chunk_items;
+  if (!plan.shuffle && !plan.sequential && !manifest->windows.enabled())
+    job->read_items =
+        std::min(plan.chunk_items, default_read_items(*manifest, plan.logical_shards));
   job->manifest = std::move(manifest);
   job->shards = make_logical_shards(*job->manifest, job->index, plan.logical_shards);
   job->plan = std::move(plan);

@@ -30,6 +30,12 @@ struct JobData {
   ItemIndex index;
   LogicalShards shards;
   PlanSpec plan;  // with logical_shards and chunk_items resolved
+  // Items a worker's stream reads from a logical shard at once: plan.chunk_items, or fewer
+  // where the order does not depend on the chunks (no shuffle, samples read as a stream:
+  // runtime/shard.h default_read_items). Windows are read a chunk at a time whatever the
+  // order (a read of fewer windows reads their shared records more often), and a loaded
+  // shard (broadcast) is read whole.
+  uint32_t read_items = 1;
   Spec pipeline;
   Topology topology;
   uint32_t batch_size = 1;

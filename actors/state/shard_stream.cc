@@ -28,9 +28,11 @@ Status read_chunk(const JobData& job, io::SampleReader& reader, const ShardSeque
                       });
 }
 
-ShardSequence sequence_of(const JobData& job, uint32_t shard, uint64_t key) {
-  return ShardSequence(job.shards, shard, job.plan.chunk_items, job.plan.shuffle,
-                       job.manifest->seekable(), key);
+// The shard's epoch order in pieces of `chunk_items`: the plan's chunks, or for a stream
+// JobData::read_items (the same order where that differs: without shuffle).
+ShardSequence sequence_of(const JobData& job, uint32_t shard, uint64_t key, uint32_t chunk_items) {
+  return ShardSequence(job.shards, shard, chunk_items, job.plan.shuffle, job.manifest->seekable(),
+                       key);
 }
 }  // namespace
 
@@ -39,7 +41,7 @@ ShardStreams::ShardStreams(const JobData& job, const WorkUnit& unit, io::SampleR
     : job_(job), unit_(unit), reader_(reader), stats_(stats), unit_hint_bytes_(unit_hint_bytes) {
   cursors_.reserve(unit.shards.size());
   for (size_t k = 0; k < unit.shards.size(); ++k) {
-    ShardSequence seq = sequence_of(job, unit.shards[k], unit.epoch_key);
+    ShardSequence seq = sequence_of(job, unit.shards[k], unit.epoch_key, job.read_items);
     const uint64_t consumed = k < unit.consumed.size() ? unit.consumed[k] : 0;
     auto at = seq.seek(consumed);
     cursors_.push_back(Cursor{std::move(seq), at.chunk, {}, {}, 0, at.offset});
@@ -135,7 +137,7 @@ Result<Item> ShardStreams::next(uint32_t k) {
 
 Status load_shard(const JobData& job, io::SampleReader& reader, uint32_t shard, uint64_t consumed,
                   uint64_t take, uint64_t key, io::SharedShard* out) {
-  ShardSequence seq = sequence_of(job, shard, key);
+  ShardSequence seq = sequence_of(job, shard, key, job.plan.chunk_items);
   auto at = seq.seek(consumed);
   out->shard = shard;
   out->items.clear();

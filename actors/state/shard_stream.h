@@ -1,9 +1,10 @@
 // ShardStreams: the items of a unit's logical shards in their epoch order, read chunk by
-// chunk (one read per chunk, io/format/sample_reader.h), each chunk's items emitted in the
-// epoch's permuted order, every shard starting at its consumed position (a resumed shard
-// reads the chunk it was in again and skips what was consumed). After reading a chunk it
-// names the shard's next chunk to the reader (will_need), so a remote file fetches it
-// while this chunk's items are used. Where the file wants larger hints
+// chunk (one read per chunk, io/format/sample_reader.h; a chunk here is JobData::read_items
+// items, fewer than the plan's where the order does not depend on them), each chunk's items
+// emitted in the epoch's permuted order, every shard starting at its consumed position (a
+// resumed shard reads the chunk it was in again and skips what was consumed). After reading
+// a chunk it names the shard's next chunk to the reader (will_need), so a remote file
+// fetches it while this chunk's items are used. Where the file wants larger hints
 // (RandomAccessFile::hint_bytes(): a remote tar shard, one request per hint), the chunks
 // that follow that one in the file are named with it, and each chunk is named once.
 // load_shard() reads what is left of one shard at once (broadcast dispatch: the

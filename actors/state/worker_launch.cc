@@ -245,7 +245,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       span += src.samples.totals().range;
       items += src.samples.size();
     }
-    const uint64_t chunk = uint64_t{job.plan.chunk_items} * (span / std::max<uint64_t>(1, items));
+    const uint64_t chunk = uint64_t{job.read_items} * (span / std::max<uint64_t>(1, items));
     // Without `reads` every tar source is a local .tar, whose large members are then walked.
     const bool walked = job.collates_from_files();
     if (items > 0 && (reads || (chunk < job.reader.map_threshold_bytes && !walked))) {

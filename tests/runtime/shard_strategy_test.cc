@@ -321,5 +321,21 @@ TEST(Defaults, ChunkItemsCountWhatAnItemHolds) {
   EXPECT_EQ(held_bytes(w), 4000u * 1536);
   EXPECT_EQ(default_chunk_items(w, 4), (2u << 20) / (1536 + kItemCostBytes));
 }
+
+// A stream without shuffle reads about max(32 KiB, 2 MiB / L) at once, a quarter of a
+// default chunk, counted as chunks are; a sample larger than that is read alone.
+TEST(Defaults, ReadItemsAreAQuarterOfAChunk) {
+  Manifest m = make_manifest({3000, 3000});  // tar ranges of 1024 bytes
+  const uint64_t per_item = 1024 + kItemCostBytes;
+  EXPECT_EQ(default_read_items(m, 64), (32u << 10) / per_item);
+  EXPECT_EQ(default_chunk_items(m, 64), (128u << 10) / per_item);
+  EXPECT_EQ(default_read_items(m, 4), (512u << 10) / per_item);
+  EXPECT_EQ(default_chunk_items(m, 4), (2u << 20) / per_item);
+  EXPECT_EQ(default_read_items(m, 1024), (32u << 10) / per_item) << "the floor";
+  for (auto& s : m.sources)
+    testing::edit_samples(&s.samples, [](SampleEntry& e) { e.payload_bytes = 1 << 20; });
+  EXPECT_EQ(default_read_items(m, 64), 1u);
+  EXPECT_EQ(default_read_items(Manifest{}, 64), 1u);
+}
 }  // namespace
 }  // namespace shardyard

@@ -159,15 +159,15 @@ class HintsSeen : public io::FileSystemWrapper {
   std::atomic<size_t> hint_bytes_{0};
 };
 
-// The byte ranges of every chunk of the unit's shards, by file (a chunk that spans the end
-// of a file and the start of the next has a range in each), with the chunk's logical shard
-// and place in the shard's epoch order.
+// The byte ranges of every chunk a stream of the unit's shards reads (JobData::read_items
+// items each), by file (a chunk that spans the end of a file and the start of the next has
+// a range in each), with the chunk's logical shard and place in the shard's epoch order.
 using ChunkRanges = std::map<std::string, std::map<HintsSeen::Range, std::pair<uint32_t, size_t>>>;
 ChunkRanges chunk_ranges(const JobData& job, const WorkUnit& u) {
   ChunkRanges out;
   for (uint32_t shard : u.shards) {
-    ShardSequence seq(job.shards, shard, job.plan.chunk_items, job.plan.shuffle,
-                      job.manifest->seekable(), u.epoch_key);
+    ShardSequence seq(job.shards, shard, job.read_items, job.plan.shuffle, job.manifest->seekable(),
+                      u.epoch_key);
     for (size_t i = 0; i < seq.num_chunks(); ++i) {
       for (uint64_t g = seq.chunk_begin(i); g < seq.chunk_end(i);) {
         const auto loc = job.index.locate(g);
@@ -300,8 +300,9 @@ size_t check_hints(const ChunkRanges& chunks,
   return hints;
 }
 
-// A job of 100 samples in 3 logical shards of 2-sample chunks over 4 files, in order (no
-// shuffle), and the chunks of its whole unit: their byte ranges, how many, the largest.
+// A job of 100 samples in 3 logical shards of 2-sample chunks (or `chunk_items`) over 4
+// files, in order (no shuffle), and the chunks of its whole unit: their byte ranges, how
+// many, the largest.
 struct InOrderUnit {
   testing::TempDir tmp;
   std::shared_ptr<const JobData> job;
@@ -310,11 +311,11 @@ struct InOrderUnit {
   size_t num_chunks = 0;
   uint64_t chunk_bytes = 0;
 
-  InOrderUnit() {
+  explicit InOrderUnit(uint32_t chunk_items = 2) {
     JobSpec spec;
     spec.plan.shuffle = false;
     spec.plan.logical_shards = 3;
-    spec.plan.chunk_items = 2;
+    spec.plan.chunk_items = chunk_items;
     job = make_test_job(tmp.path(), spec);
     if (job == nullptr) return;
     unit = whole_unit(*job);
@@ -353,6 +354,59 @@ TEST_F(ShardStreamsTest, AFileThatWantsLargerHintsGetsTheChunksThatFollowInOne) 
           << "hints of " << per_hint << " bytes";
     }
   }
+}
+
+TEST(ShardStreamsReads, FewerItemsAtOnceOnlyWhereTheOrderDoesNotDependOnTheChunks) {
+  // Without shuffle a shard's order is its items in id order whatever its chunks: a stream
+  // reads default_read_items() at a time where a chunk is larger. With shuffle the chunks
+  // are the shuffle blocks, and a loaded shard (broadcast) is read whole: both read chunks.
+  auto read_items = [](bool shuffle, Dispatch dispatch, uint32_t chunk_items) -> int64_t {
+    testing::TempDir tmp;
+    JobSpec spec;
+    spec.plan.shuffle = shuffle;
+    spec.plan.logical_shards = 2;
+    spec.plan.chunk_items = chunk_items;
+    spec.dispatch = dispatch;
+    auto job = make_test_job(tmp.path(), spec);
+    if (job == nullptr) return -1;
+    EXPECT_EQ(job->plan.chunk_items, chunk_items) << "the plan keeps its chunks";
+    return job->read_items;
+  };
+  testing::TempDir tmp;
+  JobSpec spec;
+  auto job = make_test_job(tmp.path(), spec);
+  ASSERT_NE(job, nullptr);
+  const uint32_t pieces = default_read_items(*job->manifest, 2);
+  ASSERT_LT(pieces, 5000u);
+  EXPECT_EQ(read_items(false, Dispatch::kNone, 5000), int64_t{pieces});
+  EXPECT_EQ(read_items(false, Dispatch::kNone, 3), 3) << "never more than a chunk";
+  EXPECT_EQ(read_items(true, Dispatch::kNone, 5000), 5000);
+  EXPECT_EQ(read_items(false, Dispatch::kBroadcast, 5000), 5000);
+}
+
+TEST_F(ShardStreamsTest, WithoutShuffleAStreamReadsInPiecesSmallerThanAChunk) {
+  // The same items in the same order as chunk by chunk, each piece named and read once,
+  // and a resumed shard starts inside a piece.
+  const InOrderUnit t(8);
+  ASSERT_NE(t.job, nullptr);
+  ASSERT_EQ(t.job->read_items, 8u) << "pieces smaller than the test's 8-item chunks";
+  JobData job = *t.job;
+  job.read_items = 3;
+  const ChunkRanges pieces = chunk_ranges(job, t.unit);
+  size_t num_pieces = 0;
+  for (const auto& [uri, ranges] : pieces) num_pieces += ranges.size();
+  EXPECT_GE(num_pieces, 2 * t.num_chunks);
+  HintsSeen fs(job.fs);
+  {
+    io::SampleReader reader(fs, job.manifest, job.pool);
+    ShardStreams streams(job, t.unit, reader);
+    read_all(job, t.unit, streams);
+  }
+  EXPECT_EQ(check_hints(pieces, fs.ranges(), 0), num_pieces);
+  const WorkUnit resumed = whole_unit(job, 4);  // inside the second piece of each shard
+  io::SampleReader reader(*job.fs, job.manifest, job.pool);
+  ShardStreams streams(job, resumed, reader);
+  read_all(job, resumed, streams, 4);
 }
 
 TEST_F(ShardStreamsTest, TheHintsOfAUnitsShardsShareOneBound) {

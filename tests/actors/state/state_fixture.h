@@ -26,6 +26,7 @@ struct JobSpec {
   PlanSpec plan;
   Spec pipeline;
   bool exact_order = true;
+  Dispatch dispatch = Dispatch::kNone;
 };
 
 // Writes the dataset into `dir` and makes the job; fails the test on error.
@@ -42,6 +43,7 @@ inline std::shared_ptr<const JobData> make_test_job(const std::string& dir, cons
   o.topology = spec.topology;
   o.batch_size = spec.batch_size;
   o.exact_order = spec.exact_order;
+  o.dispatch = spec.dispatch;
   o.fs = &io::local_file_system();
   o.clock = &real_clock();
   o.data_plane = io::inproc_data_plane();
