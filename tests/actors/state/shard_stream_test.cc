@@ -389,7 +389,7 @@ TEST_F(ShardStreamsTest, WithoutShuffleAStreamReadsInPiecesSmallerThanAChunk) {
   // and a resumed shard starts inside a piece.
   const InOrderUnit t(8);
   ASSERT_NE(t.job, nullptr);
-  ASSERT_EQ(t.job->read_items, 8u) << "pieces smaller than the test's 8-item chunks";
+  ASSERT_EQ(t.job->read_items, 8u) << "this small set's default pieces hold more than a chunk";
   JobData job = *t.job;
   job.read_items = 3;
   const ChunkRanges pieces = chunk_ranges(job, t.unit);
