@@ -2,8 +2,12 @@
 
 #include "actors/cluster_impl.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cstdlib>
 
+#include "actors/state/fork_server.h"
 #include "io/remote/remote_file_system.h"
 
 namespace shardyard {
@@ -78,6 +82,20 @@ Result<WorkerPlacement> parse_worker_placement(const std::string& name) {
 }
 
 std::optional<int> worker_main() { return actors::run_worker_process_if_requested(); }
+
+Status start_worker_fork_server() { return actors::start_worker_fork_server(); }
+
+EndedWorkerUsage ended_worker_process_usage() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_CHILDREN, &ru);
+  const auto forked = actors::ForkServer::usage_of_ended_workers();
+  EndedWorkerUsage u;
+  u.cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6 +
+                  forked.cpu_seconds;
+  u.peak_rss_kb = std::max<long>(ru.ru_maxrss, forked.peak_rss_kb);
+  return u;
+}
 
 uint64_t Cluster::worker_restarts() const {
   return impl_->workers ? impl_->workers->restarts() : 0;

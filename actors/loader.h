@@ -214,6 +214,26 @@ Result<WorkerPlacement> parse_worker_placement(const std::string& name);
 // rank lets it go; in any other process it returns nullopt at once.
 std::optional<int> worker_main();
 
+// Optional, for a program that opens loaders with placement local: call it right after
+// worker_main() returned nullopt, while the process has one thread. It forks a small
+// process, the fork server, that forks this program's worker processes from this image
+// when loaders ask for them, so that a worker process starts without an exec and without
+// loading the program and its libraries again (docs/worker-processes.md, "How a worker
+// process starts"). Loaders with no worker_binary then use it; where it was not started, or
+// is gone, they start the program again in worker mode. kInvalidArgument when the process
+// has more than one thread or a fork server already.
+Status start_worker_fork_server();
+
+// CPU seconds (user + system, summed) and the largest peak RSS of the worker processes of
+// this process (placement local) that have ended, whether it started them or its fork
+// server did (getrusage's RUSAGE_CHILDREN sees the fork server's only once the server
+// itself has ended).
+struct EndedWorkerUsage {
+  double cpu_seconds = 0;
+  long peak_rss_kb = 0;
+};
+EndedWorkerUsage ended_worker_process_usage();
+
 class Cluster;
 namespace actors {
 struct RestoreRequest;

@@ -1,5 +1,7 @@
 // `shardyard run`: loads a dataset end to end with R ranks in this process and prints a
 // JSON summary as the last line of stdout (the contract acceptance checks rely on).
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -92,19 +95,18 @@ struct RunControl {
 
 const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
-// The peak RSS of this process (RUSAGE_SELF) or of the largest child it has waited for
-// (RUSAGE_CHILDREN: a worker process of --placement local).
-long peak_rss_kb(int who = RUSAGE_SELF) {
+// The peak RSS of this process (its worker processes': ended_worker_process_usage()).
+long peak_rss_kb() {
   struct rusage ru {};
-  getrusage(who, &ru);
+  getrusage(RUSAGE_SELF, &ru);
   return ru.ru_maxrss;
 }
 
-// User + system CPU seconds of this process (RUSAGE_SELF) or of the children it has waited
-// for (RUSAGE_CHILDREN: the worker processes of --placement local, replaced ones included).
-double cpu_seconds(int who = RUSAGE_SELF) {
+// User + system CPU seconds of this process (its worker processes':
+// ended_worker_process_usage()).
+double cpu_seconds() {
   struct rusage ru {};
-  getrusage(who, &ru);
+  getrusage(RUSAGE_SELF, &ru);
   return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
          ru.ru_stime.tv_usec / 1e6;
 }
@@ -224,7 +226,26 @@ Result<std::string> auto_resume_dir(const std::string& checkpoint_dir, Env* env)
 int run(RunArgs args, Env* env) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
-  const double cpu0 = cpu_seconds(), children_cpu0 = cpu_seconds(RUSAGE_CHILDREN);
+  const double cpu0 = cpu_seconds(), children_cpu0 = ended_worker_process_usage().cpu_seconds;
+  // Worker processes forked from a server forked now, while this process has one thread,
+  // start without an exec (docs/worker-processes.md, "How a worker process starts");
+  // SHARDYARD_WORKER_FORK_SERVER=0 starts the program again for each one instead. The
+  // server and its workers keep SIGINT and SIGTERM blocked, as a worker started from a
+  // thread of this process does (StopSignals below): a stop is the rank's to make.
+  if (args.placement == "local" && args.worker_binary.empty()) {
+    const char* off = std::getenv("SHARDYARD_WORKER_FORK_SERVER");
+    if (off == nullptr || std::string(off) != "0") {
+      sigset_t stops, before;
+      sigemptyset(&stops);
+      sigaddset(&stops, SIGINT);
+      sigaddset(&stops, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &stops, &before);
+      Status started = start_worker_fork_server();
+      pthread_sigmask(SIG_SETMASK, &before, nullptr);
+      if (!started.is_ok())
+        print_warning(started.message() + "; worker processes start the program again");
+    }
+  }
   // First, before any thread starts (tools/run_stop.h). A signal during startup (the
   // manifest scan) ends the process at once: nothing was delivered.
   StopSignals signals([](int sig) {
@@ -557,14 +578,15 @@ int run(RunArgs args, Env* env) {
     if (r.first_batch && (!first || *r.first_batch < *first)) first = r.first_batch;
   j["first_batch_seconds"] =
       first ? nlohmann::json(std::chrono::duration<double>(*first - t0).count()) : nlohmann::json();
-  // The worker processes are gone by now (shutdown() waited for them), so their CPU counts
-  // as the children's.
-  const double worker_cpu = cpu_seconds(RUSAGE_CHILDREN) - children_cpu0;
+  // The worker processes are gone by now (shutdown() waited for them, replaced ones
+  // included).
+  const auto ended = ended_worker_process_usage();
+  const double worker_cpu = ended.cpu_seconds - children_cpu0;
   j["cpu_seconds"] = cpu_seconds() - cpu0 + worker_cpu;
   j["worker_process_cpu_seconds"] = worker_cpu;
   j["peak_rss_kb"] = peak_rss_kb();
   j["worker_process_peak_rss_kb"] =
-      opt.placement == WorkerPlacement::kLocal ? peak_rss_kb(RUSAGE_CHILDREN) : 0;
+      opt.placement == WorkerPlacement::kLocal ? ended.peak_rss_kb : 0;
   if (!args.device.empty()) j["device"] = args.device;
   if (opt.metrics_port >= 0) j["metrics_port"] = metrics_port;
   if (!args.checkpoint_dir.empty()) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "actors/state/fork_server.h"
 #include "actors/state/worker_frames.h"
 #include "actors/state/worker_process.h"
 #include "io/format/record_scan.h"
@@ -288,22 +289,11 @@ Status serve_rank(io::UnixSocket& control) {
   }
 }
 
-}  // namespace
-
-std::optional<int> run_worker_process_if_requested() {
-  const char* number = std::getenv(kWorkerFdEnv);
-  if (number == nullptr || *number == '\0') return std::nullopt;
-  // Dies with the rank's thread that started it; a rank already gone is not waited for.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+// Serves the rank on `control` until it lets go; the process's exit code.
+int serve_control(Result<io::UnixSocket> control) {
   // A write to a rank or socket that is gone is an error this process reports, not a
   // silent death by SIGPIPE (as in `shardyard run`, tools/run_stop.h).
   ::signal(SIGPIPE, SIG_IGN);
-  if (const char* parent = std::getenv(kWorkerParentEnv))
-    if (std::strtoll(parent, nullptr, 10) != static_cast<long long>(::getppid())) return 1;
-  auto control =
-      io::UnixSocket::adopt_number(number, "the worker's control socket", kControlFrameBytes);
-  ::unsetenv(kWorkerFdEnv);
-  ::unsetenv(kWorkerParentEnv);
   if (!control.is_ok()) {
     std::fprintf(stderr, "shardyard worker: %s\n", control.status().to_string().c_str());
     return 1;
@@ -315,6 +305,28 @@ std::optional<int> run_worker_process_if_requested() {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int serve_worker_process(io::UniqueFd control) {
+  return serve_control(io::UnixSocket::adopt(std::move(control), kControlFrameBytes));
+}
+
+Status start_worker_fork_server() { return ForkServer::start(&serve_worker_process); }
+
+std::optional<int> run_worker_process_if_requested() {
+  const char* number = std::getenv(kWorkerFdEnv);
+  if (number == nullptr || *number == '\0') return std::nullopt;
+  // Dies with the rank's thread that started it; a rank already gone is not waited for.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (const char* parent = std::getenv(kWorkerParentEnv))
+    if (std::strtoll(parent, nullptr, 10) != static_cast<long long>(::getppid())) return 1;
+  auto control =
+      io::UnixSocket::adopt_number(number, "the worker's control socket", kControlFrameBytes);
+  ::unsetenv(kWorkerFdEnv);
+  ::unsetenv(kWorkerParentEnv);
+  return serve_control(std::move(control));
 }
 
 }  // namespace shardyard::actors

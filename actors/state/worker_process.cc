@@ -21,6 +21,7 @@
 #include <thread>
 #include <utility>
 
+#include "actors/state/fork_server.h"
 #include "actors/state/status_board.h"
 #include "actors/state/worker_frames.h"
 #include "io/transport/pulled_channel.h"
@@ -337,6 +338,8 @@ class ProcessRunner : public UnitRunner {
   void stock_arenas();
   // Waits for the done frame of the unit just run; kClosed when the process died first.
   Result<io::UnixSocket::Received> await_done(int timeout_ms, Result<UnitStats>* done);
+  // Starts the program again in worker mode on `child`, its end of the control socket.
+  Result<pid_t> spawn_program(const io::UnixSocket& child);
   std::string reap();  // waits for the process (SIGKILL after 5 s) and says how it ended
   void stop();
   std::string current_key() const;
@@ -346,6 +349,7 @@ class ProcessRunner : public UnitRunner {
   const uint32_t rank_, worker_;
   std::shared_ptr<RoleStats> stats_;
   pid_t pid_ = -1;
+  std::shared_ptr<ForkServer> server_;  // the fork server that forked pid_; null: spawned
   // Shared with the thread that reads it during a routed unit (which may outlive a dead
   // process's unit by a little).
   std::shared_ptr<io::UnixSocket> control_;
@@ -625,16 +629,8 @@ Result<io::UnixSocket::Received> ProcessRunner::await_done(int timeout_ms,
   return got;
 }
 
-Status ProcessRunner::start() {
-  last_signaled_ = false;
+Result<pid_t> ProcessRunner::spawn_program(const io::UnixSocket& child) {
   const auto& opt = launch_->options();
-  SY_ASSIGN_OR_RETURN(auto ends, io::UnixSocket::pair(kControlFrameBytes));
-  io::SegmentOptions seg;
-  seg.dir = opt.shm_dir;
-  seg.what = "key page of worker " + std::to_string(worker_) + " of rank " + std::to_string(rank_);
-  SY_ASSIGN_OR_RETURN(auto page, io::ShmSegment::create(kPageBytes, seg));
-  SY_ASSIGN_OR_RETURN(page_, page.map(io::ShmSegment::Access::kReadWrite));
-
   // Everything the child needs is made before it is spawned: between posix_spawn's clone
   // and exec nothing of this process may run.
   const std::string binary = opt.binary.empty() ? self_binary() : opt.binary;
@@ -655,7 +651,7 @@ Status ProcessRunner::start() {
   char* argv[] = {arg0.data(), nullptr};
   // dup2 onto the same number would keep close-on-exec: move it off 3 first.
   io::UniqueFd moved;
-  int child_end = ends.second.fd();
+  int child_end = child.fd();
   if (child_end == kWorkerFd) {
     SY_ASSIGN_OR_RETURN(moved, dup_fd(child_end));
     child_end = moved.get();
@@ -670,10 +666,41 @@ Status ProcessRunner::start() {
     return io_error("cannot start worker " + std::to_string(worker_) + " of rank " +
                     std::to_string(rank_) + " as a process of " + binary + ": " +
                     std::strerror(rc));
+  return pid;
+}
+
+Status ProcessRunner::start() {
+  last_signaled_ = false;
+  const auto& opt = launch_->options();
+  SY_ASSIGN_OR_RETURN(auto ends, io::UnixSocket::pair(kControlFrameBytes));
+  io::SegmentOptions seg;
+  seg.dir = opt.shm_dir;
+  seg.what = "key page of worker " + std::to_string(worker_) + " of rank " + std::to_string(rank_);
+  SY_ASSIGN_OR_RETURN(auto page, io::ShmSegment::create(kPageBytes, seg));
+  SY_ASSIGN_OR_RETURN(page_, page.map(io::ShmSegment::Access::kReadWrite));
+
+  // A program that started a fork server forks its workers from it (no exec, no dynamic
+  // loading); where it has none, or it is gone, the program is started again.
+  pid_t pid = -1;
+  server_.reset();
+  if (opt.binary.empty()) {
+    if (auto server = ForkServer::get()) {
+      auto forked = server->spawn(ends.second, opt.start_timeout_ms);
+      if (forked.is_ok()) {
+        pid = *forked;
+        server_ = std::move(server);
+      } else {
+        launch_->log(name() + ": " + forked.status().message() +
+                     "; the program is started again instead");
+      }
+    }
+  }
+  if (pid < 0) {
+    SY_ASSIGN_OR_RETURN(pid, spawn_program(ends.second));
+  }
   pid_ = pid;
   control_ = std::make_shared<io::UnixSocket>(std::move(ends.first));
   ends.second = io::UnixSocket();
-  moved.reset();
 
   auto failed = [&](const std::string& why) {
     const std::string who_then = who();
@@ -742,17 +769,27 @@ void ProcessRunner::stock_arenas() {
 std::string ProcessRunner::reap() {
   if (pid_ <= 0) return "gone";
   int status = 0;
-  // 5 s for a process whose sockets closed to be gone
-  pid_t got = wait_child(pid_, std::chrono::seconds(5), &status);
+  // 5 s for a process whose sockets closed to be gone; the fork server reaps its workers
+  // and says how they ended.
+  auto wait = [&](std::chrono::milliseconds timeout) {
+    return server_ ? server_->wait(pid_, timeout, &status) : wait_child(pid_, timeout, &status);
+  };
+  pid_t got = wait(std::chrono::seconds(5));
   std::string suffix;
   if (got == 0) {
     ::kill(pid_, SIGKILL);
-    got = ::waitpid(pid_, &status, 0);
+    got = server_ ? wait(std::chrono::seconds(5)) : ::waitpid(pid_, &status, 0);
     suffix = " (it did not exit within 5 s and was killed)";
   }
   last_pid_ = pid_;
   pid_ = -1;
   control_.reset();
+  if (got < 0 && server_) {
+    // Its fork server is gone, and its workers went with it (PR_SET_PDEATHSIG).
+    server_.reset();
+    last_signaled_ = true;
+    return "killed by signal 9 (SIGKILL) with its fork server";
+  }
   last_signaled_ = got > 0 && WIFSIGNALED(status) && suffix.empty();
   if (got < 0) return "gone (" + std::string(std::strerror(errno)) + ")";
   return describe_exit(status) + suffix;

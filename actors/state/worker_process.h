@@ -146,4 +146,11 @@ std::shared_ptr<UnitRunner> make_process_runner(std::shared_ptr<WorkerLaunch> la
 // nullopt at once.
 std::optional<int> run_worker_process_if_requested();
 
+// The same body in a worker process forked by the fork server (actors/state/fork_server.h),
+// on its end of the control socket.
+int serve_worker_process(io::UniqueFd control);
+
+// Starts this process's worker fork server (ForkServer::start with serve_worker_process).
+Status start_worker_fork_server();
+
 }  // namespace shardyard::actors

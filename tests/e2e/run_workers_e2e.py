@@ -20,6 +20,12 @@ Usage: run_workers_e2e.py --shardyard BIN --crash-shardyard BIN CASE
                 joined are those of an uninterrupted inproc run
   tiny_shm      a shm folder too small for the arenas (a private 1 MiB tmpfs): a clear error
                 that says what to do, no crash
+  fork_server   the workers are the children of the rank's fork server (of the rank itself
+                with SHARDYARD_WORKER_FORK_SERVER=0); the fork server SIGKILLed at 5 random
+                moments: its workers die with it, new ones start, the batches are the
+                undisturbed ones
+Runs start their workers from the fork server, except where a case says otherwise
+(same_batches and kill_workers start some by starting the program again).
 Exit 0 = pass, 77 = skipped (tiny_shm and orphans need root to mount a tmpfs).
 """
 import argparse
@@ -91,16 +97,35 @@ def children(pid):
     return out
 
 
+# The name (/proc/PID/comm) of the process that forks a rank's worker processes when the
+# program started one (`shardyard run` does, unless SHARDYARD_WORKER_FORK_SERVER=0).
+FORK_SERVER = "sy-fork-server"
+NO_FORK_SERVER = dict(os.environ, SHARDYARD_WORKER_FORK_SERVER="0")
+
+
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def fork_servers_of(pid):
+    return [c for c in children(pid) if alive(c) and comm(c) == FORK_SERVER]
+
+
 def workers_of(pid, binary):
-    """The live worker processes of a rank process: its children running `binary` (a
-    sanitizer's symbolizer is a child too)."""
+    """The live worker processes of a rank process: the processes running `binary` that it
+    started or that its fork server forked (a sanitizer's symbolizer is a child too)."""
     out = []
     for c in children(pid):
-        try:
-            if alive(c) and os.path.realpath(f"/proc/{c}/exe") == os.path.realpath(binary):
-                out.append(c)
-        except OSError:
-            pass
+        for w in children(c) if comm(c) == FORK_SERVER else [c]:
+            try:
+                if alive(w) and os.path.realpath(f"/proc/{w}/exe") == os.path.realpath(binary):
+                    out.append(w)
+            except OSError:
+                pass
     return out
 
 
@@ -154,11 +179,14 @@ def case_same_batches(tmp):
         ("R2 W2 broadcast contiguous", ["--ranks", "2", "--workers", "2", "--dispatch",
                                         "broadcast", "--worker-strategy", "contiguous"], 2),
         ("R1 W2 once stage", ["--workers", "2", "--map", "once/count:field=order"], 1),
+        ("R1 W3 count, exec", ["--workers", "3", "--map", "count:field=seq", "--epochs", "2"],
+         1),
     ]
     for name, extra, ranks in combos:
         ref, got = os.path.join(tmp, "ref-" + name), os.path.join(tmp, "got-" + name)
         a = run(base.ARGS.shardyard, source, ref, *extra)
-        b = run(base.ARGS.shardyard, source, got, *extra, "--placement", "local")
+        b = run(base.ARGS.shardyard, source, got, *extra, "--placement", "local",
+                env=NO_FORK_SERVER if name.endswith("exec") else None)
         check(a.returncode == 0, f"{name}: inproc failed: {a.stderr[-400:]}")
         check(b.returncode == 0, f"{name}: local failed: {b.stderr[-400:]}")
         if a.returncode or b.returncode:
@@ -247,6 +275,33 @@ def start_run(binary, source, dump, *extra, env=None):
                             env=env if env is not None else os.environ)
 
 
+def wait_run(p, what):
+    """(stdout, stderr) of a started run once it ended; None, a failed check, when it did not
+    end within RUN_TIMEOUT (it is killed)."""
+    try:
+        return p.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        check(False, f"{what}: the run did not end")
+        return None
+
+
+def undisturbed_run(source, ref, extra):
+    """Seconds an undisturbed run of `extra` took, its dump in `ref` (run once per `ref`);
+    None when it failed."""
+    if not os.path.exists(ref):
+        a = run(base.ARGS.shardyard, source, ref, *extra)
+        check(a.returncode == 0,
+              f"{os.path.basename(ref)}: undisturbed run failed: {a.stderr[-400:]}")
+        if a.returncode:
+            return None
+        with open(os.path.join(ref, "seconds"), "w") as f:
+            f.write(str(summary(a).get("total_seconds", 1.0)))
+    with open(os.path.join(ref, "seconds")) as f:
+        return float(f.read())
+
+
 def case_kill_workers(tmp):
     """20 SIGKILLs, spread over the dispatch modes: a worker reading its own shards, routed
     items (round robin, by key, on request) and loaded shards (broadcast)."""
@@ -261,17 +316,13 @@ def case_kill_workers(tmp):
         if exact:
             extra += ["--map", "count:field=seq"]
         ref = os.path.join(tmp, f"ref-{mode}")
-        if not os.path.exists(ref):
-            a = run(base.ARGS.shardyard, source, ref, *extra)
-            check(a.returncode == 0, f"{mode}: undisturbed run failed: {a.stderr[-400:]}")
-            if a.returncode:
-                return
-            with open(os.path.join(ref, "seconds"), "w") as f:
-                f.write(str(summary(a).get("total_seconds", 1.0)))
-        with open(os.path.join(ref, "seconds")) as f:
-            undisturbed = float(f.read())
+        undisturbed = undisturbed_run(source, ref, extra)
+        if undisturbed is None:
+            return
         dump = os.path.join(tmp, f"k{i}")
-        p = start_run(base.ARGS.shardyard, source, dump, *extra)
+        # Every other run starts its worker processes by starting the program again.
+        p = start_run(base.ARGS.shardyard, source, dump, *extra,
+                      env=NO_FORK_SERVER if i % 2 else None)
         time.sleep(rng.uniform(0.05, max(0.1, undisturbed * 0.9)))
         kids = workers_of(p.pid, base.ARGS.shardyard)
         killed = None
@@ -286,7 +337,7 @@ def case_kill_workers(tmp):
             check(False, f"kill {i} ({mode}): the run did not end after worker {killed} was "
                          "killed")
             continue
-        what = f"kill {i} ({mode}, worker pid {killed})"
+        what = f"kill {i} ({mode}, worker pid {killed}{', exec' if i % 2 else ''})"
         check(p.returncode == 0, f"{what}: rc {p.returncode}: {err[-400:]}")
         if p.returncode:
             continue
@@ -316,13 +367,10 @@ def case_kill_workers(tmp):
         kids = workers_of(p.pid, base.ARGS.shardyard)
         if kids:
             os.kill(rng.choice(kids), signal.SIGKILL)
-        try:
-            out, err = p.communicate(timeout=RUN_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            check(False, f"large kill {i}: the run did not end")
+        ended = wait_run(p, f"large kill {i}")
+        if ended is None:
             continue
+        out, err = ended
         check(p.returncode == 0, f"large kill {i}: rc {p.returncode}: {err[-400:]}")
         if p.returncode == 0:
             same_rows(ref, dump, 1, f"large kill {i}")
@@ -392,6 +440,9 @@ def case_orphans(tmp):
                 time.sleep(0.1)
                 kids = workers_of(p.pid, base.ARGS.shardyard)
             check(len(kids) == 3, f"round {round_}: {len(kids)} worker processes, not 3")
+            servers = fork_servers_of(p.pid)
+            check(len(servers) == 1, f"round {round_}: {len(servers)} fork servers, not 1")
+            kids += servers
             time.sleep(0.3)
             # The trainer alone, then (last round) the whole process tree at once.
             if round_ == 2:
@@ -468,6 +519,72 @@ def case_tiny_shm(tmp):
         unmount(mnt)
 
 
+def case_fork_server(tmp):
+    """Who starts the worker processes: a fork server of the rank, or the program started
+    again; and a fork server SIGKILLed at random moments (its workers die with it)."""
+    source, exp = dataset(tmp)
+    extra = ["--workers", "3", "--epochs", "50", "--map", "sleep:us=2000"]
+    for env, want_server in ((None, True), (NO_FORK_SERVER, False)):
+        p = start_run(base.ARGS.shardyard, source, os.path.join(tmp, f"tree-{want_server}"),
+                      *extra, env=env)
+        try:
+            kids, deadline = [], time.monotonic() + 60
+            while time.monotonic() < deadline and len(kids) < 3:
+                time.sleep(0.05)
+                kids = workers_of(p.pid, base.ARGS.shardyard)
+            servers = fork_servers_of(p.pid)
+            direct = [c for c in children(p.pid) if c in kids]
+            what = "with the fork server" if want_server else "SHARDYARD_WORKER_FORK_SERVER=0"
+            check(len(kids) == 3, f"{what}: {len(kids)} worker processes, not 3")
+            if want_server:
+                check(len(servers) == 1 and not direct and
+                      sorted(children(servers[0])) == sorted(kids),
+                      f"{what}: the workers {kids} are not the children of one fork server "
+                      f"(servers {servers}, children of the rank {children(p.pid)})")
+            else:
+                check(not servers and sorted(direct) == sorted(kids),
+                      f"{what}: the workers {kids} are not the rank's children (fork servers "
+                      f"{servers})")
+        finally:
+            p.kill()
+            p.communicate(timeout=30)
+    # The fork server killed: its workers die with it, the rank starts new ones by starting
+    # the program again, and the run delivers what an undisturbed one delivers.
+    rng = random.Random(29)
+    restarts_seen = 0
+    for i, mode in enumerate(["none", "round_robin", "broadcast", "none", "by_key"]):
+        extra = ["--workers", "3", "--epochs", "2", "--dispatch", mode, "--map", "sleep:us=1500",
+                 "--map", "count:field=seq"]
+        ref = os.path.join(tmp, f"fs-ref-{mode}")
+        undisturbed = undisturbed_run(source, ref, extra)
+        if undisturbed is None:
+            return
+        dump = os.path.join(tmp, f"fs{i}")
+        p = start_run(base.ARGS.shardyard, source, dump, *extra)
+        time.sleep(rng.uniform(0.05, max(0.1, undisturbed * 0.9)))
+        servers = fork_servers_of(p.pid)
+        if servers:
+            os.kill(servers[0], signal.SIGKILL)
+        what = f"fork server kill {i} ({mode})"
+        ended = wait_run(p, what)
+        if ended is None:
+            continue
+        out, err = ended
+        check(p.returncode == 0, f"{what}: rc {p.returncode}: {err[-400:]}")
+        if p.returncode:
+            continue
+        same_rows(ref, dump, 1, what)
+        restarts = summary(subprocess.CompletedProcess([], 0, out, err)).get("worker_restarts", 0)
+        restarts_seen += restarts
+        if servers and restarts:
+            check("with its fork server" in err and "the program is started again" not in err,
+                  f"{what}: the log does not say that the workers died with their fork "
+                  f"server: {err[-400:]}")
+    check(restarts_seen >= 3, f"only {restarts_seen} restarts after 5 fork server kills")
+    print(f"fork_server: {restarts_seen} restarts over 5 kills of the fork server",
+          file=sys.stderr)
+
+
 CASES = {
     "same_batches": case_same_batches,
     "kill_workers": case_kill_workers,
@@ -476,6 +593,7 @@ CASES = {
     "orphans": case_orphans,
     "tiny_shm": case_tiny_shm,
     "checkpoint": case_checkpoint,
+    "fork_server": case_fork_server,
 }
 
 
