@@ -576,8 +576,10 @@ def case_fork_server(tmp):
         same_rows(ref, dump, 1, what)
         restarts = summary(subprocess.CompletedProcess([], 0, out, err)).get("worker_restarts", 0)
         restarts_seen += restarts
+        # A worker that was running says it died with its fork server; one that was being
+        # started then (a kill early in the run) says that it is started again instead.
         if servers and restarts:
-            check("with its fork server" in err and "the program is started again" not in err,
+            check("with its fork server" in err or "fork server is gone" in err,
                   f"{what}: the log does not say that the workers died with their fork "
                   f"server: {err[-400:]}")
     check(restarts_seen >= 3, f"only {restarts_seen} restarts after 5 fork server kills")
