@@ -1,7 +1,6 @@
 #include "actors/state/fork_server.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -41,15 +40,6 @@ size_t threads_now() {
     if (e->d_name[0] != '.') ++n;
   ::closedir(d);
   return n;
-}
-
-io::UniqueFd open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return io::UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-#else
-  (void)pid;
-  return io::UniqueFd();
-#endif
 }
 
 // The worker process, just forked: nothing of the server stays open in it; it dies with
@@ -127,6 +117,15 @@ io::UniqueFd open_pidfd(pid_t pid) {
 }
 
 }  // namespace
+
+io::UniqueFd open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return io::UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+#else
+  (void)pid;
+  return io::UniqueFd();
+#endif
+}
 
 Status ForkServer::start(int (*serve)(io::UniqueFd)) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -235,11 +234,9 @@ Result<pid_t> ForkServer::spawn(const io::UnixSocket& control, int timeout_ms) {
     if (gone_) return unavailable("the worker fork server is gone");
     answer_.reset();
   }
-  const int fd = ::fcntl(control.fd(), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0)
-    return io_error(std::string("cannot duplicate a descriptor: ") + std::strerror(errno));
   io::Frame request{kForkRequest, {}, {}};
-  request.fds.emplace_back(fd);
+  SY_ASSIGN_OR_RETURN(auto theirs, control.duplicate());
+  request.fds.push_back(std::move(theirs));
   Status sent = socket_.send(request, timeout_ms);
   std::unique_lock<std::mutex> lock(mu_);
   if (!sent.is_ok()) {

@@ -90,4 +90,8 @@ class ForkServer {
   Usage usage_;                          // guarded by mu_
 };
 
+// A pidfd of process `pid` (readable once it has exited), or an invalid one on a kernel
+// without pidfd_open (before 5.3).
+io::UniqueFd open_pidfd(pid_t pid);
+
 }  // namespace shardyard::actors

@@ -1,12 +1,5 @@
 #include "actors/state/worker_process.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,9 +14,9 @@
 #include <thread>
 #include <utility>
 
-#include "actors/state/fork_server.h"
 #include "actors/state/status_board.h"
 #include "actors/state/worker_frames.h"
+#include "actors/state/worker_spawn.h"
 #include "io/transport/pulled_channel.h"
 #include "io/transport/shm_channel.h"
 #include "io/transport/shm_frames.h"
@@ -32,70 +25,9 @@
 #include "runtime/clock.h"
 #include "runtime/codec.h"
 
-extern char** environ;
-
 namespace shardyard::actors {
 
 namespace {
-
-constexpr int kWorkerFd = 3;  // where the control socket lies in a worker process
-
-// How a reaped process ended: "killed by signal 9 (SIGKILL)", "exited with status 1".
-std::string describe_exit(int status) {
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* abbrev = sigabbrev_np(sig);
-    return "killed by signal " + std::to_string(sig) +
-           (abbrev ? std::string(" (SIG") + abbrev + ")" : std::string());
-  }
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  return "stopped (status " + std::to_string(status) + ")";
-}
-
-Result<io::UniqueFd> dup_fd(int fd) {
-  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0)
-    return io_error(std::string("cannot duplicate a descriptor: ") + std::strerror(errno));
-  return io::UniqueFd(copy);
-}
-
-// Waits up to `timeout` for the child `pid` to end: its pid once reaped (how it ended in
-// *status), 0 when the time ran out, -1 on an error of waitpid. The wait ends when the child
-// does (poll on a pidfd, Linux 5.3), not at the next tick of a sleep: a loop of 10 ms sleeps
-// kept every stop of a worker process about 10 ms longer than the process took to exit
-// (docs/performance.md, "Worker processes"). Where pidfd_open is missing, the loop sleeps
-// 1 ms between looks.
-pid_t wait_child(pid_t pid, std::chrono::milliseconds timeout, int* status) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-#ifdef SYS_pidfd_open
-  const io::UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-#else
-  const io::UniqueFd pidfd;
-#endif
-  bool exited = false;  // the pidfd said so
-  for (;;) {
-    const pid_t got = ::waitpid(pid, status, WNOHANG);
-    if (got != 0) return got;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return 0;
-    // The pidfd stays readable once the child has exited; a tracer can hold the exit status
-    // back a while longer: then the loop sleeps instead of spinning.
-    if (pidfd.valid() && !exited) {
-      pollfd p{pidfd.get(), POLLIN, 0};
-      exited = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1000))) > 0;
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-}
-
-std::string self_binary() {
-  char path[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) return "/proc/self/exe";
-  return std::string(path, static_cast<size_t>(n));
-}
 
 // ---- the rank's side ---------------------------------------------------------------------
 
@@ -302,7 +234,7 @@ class ProcessRunner : public UnitRunner {
   // The process starts with its worker actor (whose thread it dies with): the first epoch
   // finds it ready. What goes wrong is said by the first unit.
   void prepare() override {
-    if (pid_ < 0) prepared_ = start();
+    if (!process_.running()) prepared_ = start();
   }
 
   Result<UnitStats> run(const WorkUnit& unit, io::Channel& channel) override {
@@ -317,7 +249,8 @@ class ProcessRunner : public UnitRunner {
   enum class Outcome { kDone, kDied, kFailed };
 
   std::string who() const {
-    return name() + (pid_ > 0 ? " (pid " + std::to_string(pid_) + ")" : std::string());
+    return name() +
+           (process_.running() ? " (pid " + std::to_string(process_.pid()) + ")" : std::string());
   }
   // Without the pid: the name of the channel's producer, to which the channel adds the pid
   // the process answers with.
@@ -338,8 +271,6 @@ class ProcessRunner : public UnitRunner {
   void stock_arenas();
   // Waits for the done frame of the unit just run; kClosed when the process died first.
   Result<io::UnixSocket::Received> await_done(int timeout_ms, Result<UnitStats>* done);
-  // Starts the program again in worker mode on `child`, its end of the control socket.
-  Result<pid_t> spawn_program(const io::UnixSocket& child);
   std::string reap();  // waits for the process (SIGKILL after 5 s) and says how it ended
   void stop();
   std::string current_key() const;
@@ -348,8 +279,7 @@ class ProcessRunner : public UnitRunner {
   std::shared_ptr<const JobData> job_;
   const uint32_t rank_, worker_;
   std::shared_ptr<RoleStats> stats_;
-  pid_t pid_ = -1;
-  std::shared_ptr<ForkServer> server_;  // the fork server that forked pid_; null: spawned
+  WorkerProcess process_;
   // Shared with the thread that reads it during a routed unit (which may outlive a dead
   // process's unit by a little).
   std::shared_ptr<io::UnixSocket> control_;
@@ -394,7 +324,7 @@ Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitS
   for (;;) {
     pid_t pid = -1;
     std::string key, how;
-    if (pid_ < 0) {
+    if (!process_.running()) {
       Status started = std::exchange(prepared_, Status::ok());
       if (started.is_ok()) started = start();
       // A process killed while it started (the OOM killer, a kill) dies like any other; one
@@ -405,7 +335,7 @@ Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitS
         how = last_how_ + " while it started";
       }
     }
-    if (pid_ > 0) {
+    if (process_.running()) {
       Status error;
       const Outcome outcome = attempt(&rest, slot, feed.get(), channel, stats, &last_state, &error);
       if (outcome == Outcome::kDone) {
@@ -414,7 +344,7 @@ Status ProcessRunner::run_unit(const WorkUnit& unit, io::Channel& channel, UnitS
       }
       if (outcome == Outcome::kFailed) return failed(error);
       // The process died: what it handed over stays handed over; the rest goes to a new one.
-      pid = pid_;
+      pid = process_.pid();
       key = current_key();
       how = reap();
     }
@@ -469,13 +399,13 @@ ProcessRunner::Outcome ProcessRunner::attempt(
         invalid_argument("the unit of " + who() + " takes " + std::to_string(f.body.size()) +
                          " bytes (its saved stage states), more than a control frame holds"));
   {
-    auto theirs = dup_fd(out_ends->second.fd());
+    auto theirs = out_ends->second.duplicate();
     if (!theirs.is_ok()) return fail(theirs.status());
     f.fds.push_back(std::move(*theirs));
     out_ends->second = io::UnixSocket();
   }
   if (routed) {
-    auto theirs = dup_fd(in_ends->second.fd());
+    auto theirs = in_ends->second.duplicate();
     if (!theirs.is_ok()) return fail(theirs.status());
     f.fds.push_back(std::move(*theirs));
     in_ends->second = io::UnixSocket();
@@ -629,46 +559,6 @@ Result<io::UnixSocket::Received> ProcessRunner::await_done(int timeout_ms,
   return got;
 }
 
-Result<pid_t> ProcessRunner::spawn_program(const io::UnixSocket& child) {
-  const auto& opt = launch_->options();
-  // Everything the child needs is made before it is spawned: between posix_spawn's clone
-  // and exec nothing of this process may run.
-  const std::string binary = opt.binary.empty() ? self_binary() : opt.binary;
-  std::vector<std::string> env_strings;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string_view v(*e);
-    if (v.rfind(std::string(kWorkerFdEnv) + "=", 0) == 0 ||
-        v.rfind(std::string(kWorkerParentEnv) + "=", 0) == 0)
-      continue;
-    env_strings.emplace_back(v);
-  }
-  env_strings.push_back(std::string(kWorkerFdEnv) + "=" + std::to_string(kWorkerFd));
-  env_strings.push_back(std::string(kWorkerParentEnv) + "=" + std::to_string(::getpid()));
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string arg0 = binary;
-  char* argv[] = {arg0.data(), nullptr};
-  // dup2 onto the same number would keep close-on-exec: move it off 3 first.
-  io::UniqueFd moved;
-  int child_end = child.fd();
-  if (child_end == kWorkerFd) {
-    SY_ASSIGN_OR_RETURN(moved, dup_fd(child_end));
-    child_end = moved.get();
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, child_end, kWorkerFd);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0)
-    return io_error("cannot start worker " + std::to_string(worker_) + " of rank " +
-                    std::to_string(rank_) + " as a process of " + binary + ": " +
-                    std::strerror(rc));
-  return pid;
-}
-
 Status ProcessRunner::start() {
   last_signaled_ = false;
   const auto& opt = launch_->options();
@@ -679,26 +569,9 @@ Status ProcessRunner::start() {
   SY_ASSIGN_OR_RETURN(auto page, io::ShmSegment::create(kPageBytes, seg));
   SY_ASSIGN_OR_RETURN(page_, page.map(io::ShmSegment::Access::kReadWrite));
 
-  // A program that started a fork server forks its workers from it (no exec, no dynamic
-  // loading); where it has none, or it is gone, the program is started again.
-  pid_t pid = -1;
-  server_.reset();
-  if (opt.binary.empty()) {
-    if (auto server = ForkServer::get()) {
-      auto forked = server->spawn(ends.second, opt.start_timeout_ms);
-      if (forked.is_ok()) {
-        pid = *forked;
-        server_ = std::move(server);
-      } else {
-        launch_->log(name() + ": " + forked.status().message() +
-                     "; the program is started again instead");
-      }
-    }
-  }
-  if (pid < 0) {
-    SY_ASSIGN_OR_RETURN(pid, spawn_program(ends.second));
-  }
-  pid_ = pid;
+  SY_ASSIGN_OR_RETURN(
+      process_, WorkerProcess::start(ends.second, opt.binary, name(), opt.start_timeout_ms,
+                                     [this](const std::string& line) { launch_->log(line); }));
   control_ = std::make_shared<io::UnixSocket>(std::move(ends.first));
   ends.second = io::UnixSocket();
 
@@ -735,7 +608,7 @@ Status ProcessRunner::start() {
                   " ms: does the program call shardyard::worker_main() at the top of main?");
   if (answer.type == kFailedFrame) return failed("could not build the job: " + answer.body);
   if (answer.type != kReadyFrame) return failed("answered its job with a frame of another type");
-  if (stats_) stats_->set_detail("pid " + std::to_string(pid_));
+  if (stats_) stats_->set_detail("pid " + std::to_string(process_.pid()));
   return Status::ok();
 }
 
@@ -767,36 +640,14 @@ void ProcessRunner::stock_arenas() {
 }
 
 std::string ProcessRunner::reap() {
-  if (pid_ <= 0) return "gone";
-  int status = 0;
-  // 5 s for a process whose sockets closed to be gone; the fork server reaps its workers
-  // and says how they ended.
-  auto wait = [&](std::chrono::milliseconds timeout) {
-    return server_ ? server_->wait(pid_, timeout, &status) : wait_child(pid_, timeout, &status);
-  };
-  pid_t got = wait(std::chrono::seconds(5));
-  std::string suffix;
-  if (got == 0) {
-    ::kill(pid_, SIGKILL);
-    got = server_ ? wait(std::chrono::seconds(5)) : ::waitpid(pid_, &status, 0);
-    suffix = " (it did not exit within 5 s and was killed)";
-  }
-  last_pid_ = pid_;
-  pid_ = -1;
+  if (!process_.running()) return "gone";
+  last_pid_ = process_.pid();
   control_.reset();
-  if (got < 0 && server_) {
-    // Its fork server is gone, and its workers went with it (PR_SET_PDEATHSIG).
-    server_.reset();
-    last_signaled_ = true;
-    return "killed by signal 9 (SIGKILL) with its fork server";
-  }
-  last_signaled_ = got > 0 && WIFSIGNALED(status) && suffix.empty();
-  if (got < 0) return "gone (" + std::string(std::strerror(errno)) + ")";
-  return describe_exit(status) + suffix;
+  return process_.reap(&last_signaled_);
 }
 
 void ProcessRunner::stop() {
-  if (pid_ <= 0) return;
+  if (!process_.running()) return;
   if (control_) control_->shutdown();  // the worker sees its control socket close and exits
   (void)reap();
 }

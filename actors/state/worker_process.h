@@ -1,6 +1,7 @@
 // Worker processes (placement `local`, docs/worker-processes.md): each of a rank's workers
-// runs in a process of its own, the same program started again in worker mode, and hands
-// its items to the rank through the shared-memory data plane (io/transport/shm_channel.h).
+// runs in a process of its own, forked by the program's fork server or the same program
+// started again in worker mode (actors/state/worker_spawn.h), and hands its items to the
+// rank through the shared-memory data plane (io/transport/shm_channel.h).
 //
 // The rank side is a UnitRunner (worker_core.h) that the worker actor runs its units with:
 // it starts its worker process when the first unit comes, sends it the job once (the

@@ -1,5 +1,6 @@
 #include "io/transport/unix_socket.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -60,6 +61,13 @@ Result<std::pair<UnixSocket, UnixSocket>> UnixSocket::pair(size_t max_frame_byte
     ::setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
   }
   return std::make_pair(std::move(a), std::move(b));
+}
+
+Result<UniqueFd> UnixSocket::duplicate() const {
+  const int copy = ::fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0);
+  if (copy < 0)
+    return io_error(std::string("cannot duplicate a socket's descriptor: ") + std::strerror(errno));
+  return UniqueFd(copy);
 }
 
 Result<UnixSocket> UnixSocket::adopt(UniqueFd fd, size_t max_frame_bytes) {

@@ -62,6 +62,8 @@ class UnixSocket {
   UnixSocket& operator=(UnixSocket&&) = default;
 
   int fd() const { return fd_.get(); }
+  // A close-on-exec copy of this end's descriptor, to hand it to another process.
+  Result<UniqueFd> duplicate() const;
   bool valid() const { return fd_.valid(); }
   size_t max_frame_bytes() const { return max_frame_; }
 
