@@ -128,8 +128,12 @@ io::UniqueFd open_pidfd(pid_t pid) {
 }
 
 Status ForkServer::start(int (*serve)(io::UniqueFd)) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_server) return invalid_argument("this process has a worker fork server already");
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_server) return invalid_argument("this process has a worker fork server already");
+  }
+  // With one thread nothing else can start a server meanwhile, and g_mu is not held across
+  // the fork: the server and its workers get it unlocked.
   const size_t threads = threads_now();
   if (threads != 1)
     return invalid_argument(
@@ -147,6 +151,7 @@ Status ForkServer::start(int (*serve)(io::UniqueFd)) {
     serve_requests(std::move(ends.second), rank, serve);
   }
   ends.second = io::UnixSocket();
+  std::lock_guard<std::mutex> lock(g_mu);
   g_server = std::make_shared<ForkServer>(std::move(ends.first), pid);
   return Status::ok();
 }
