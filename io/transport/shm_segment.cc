@@ -126,9 +126,10 @@ Result<ShmSegment> ShmSegment::adopt(UniqueFd fd, std::string what) {
 }
 
 Result<UniqueFd> ShmSegment::duplicate() const {
-  const int fd = ::fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return io_error(what_ + ": cannot duplicate its descriptor: " + errno_text(errno));
-  return UniqueFd(fd);
+  UniqueFd copy = duplicate_cloexec(fd_.get());
+  if (!copy.valid())
+    return io_error(what_ + ": cannot duplicate its descriptor: " + errno_text(errno));
+  return copy;
 }
 
 Result<UniqueFd> ShmSegment::read_only_fd() const {

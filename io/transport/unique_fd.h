@@ -42,6 +42,9 @@ class UniqueFd {
   int fd_ = -1;
 };
 
+// A close-on-exec copy of `fd`; invalid (errno says why) when none can be made.
+inline UniqueFd duplicate_cloexec(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
+
 // Lets `fd` survive exec() (for the end of a socket pair handed to a child by number).
 // Call it in the child between fork() and exec(): it is async-signal-safe.
 inline bool clear_cloexec(int fd) {

@@ -1,6 +1,5 @@
 #include "io/transport/unix_socket.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -64,10 +63,10 @@ Result<std::pair<UnixSocket, UnixSocket>> UnixSocket::pair(size_t max_frame_byte
 }
 
 Result<UniqueFd> UnixSocket::duplicate() const {
-  const int copy = ::fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0);
-  if (copy < 0)
+  UniqueFd copy = duplicate_cloexec(fd_.get());
+  if (!copy.valid())
     return io_error(std::string("cannot duplicate a socket's descriptor: ") + std::strerror(errno));
-  return UniqueFd(copy);
+  return copy;
 }
 
 Result<UnixSocket> UnixSocket::adopt(UniqueFd fd, size_t max_frame_bytes) {
