@@ -35,19 +35,9 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
   tsan_start=$(date +%s)
   mkdir -p "$SY_ROOT/build-tsan"
   # What runs threads: the actors, their state classes, the data plane, the remote file
-  # systems (the I/O pool, name lookups), the command line, the examples. The other unit
-  # tests of runtime/ and io/ run on one thread, but for runtime_batch_test (a batch filled
-  # by two threads) and io_pulled_channel_test (a channel pulled on one thread, taken back
-  # on another).
-  # (Every actors_* and e2e.* test of ctest -R below must be built here: one that is not
-  # shows as NOT_BUILT and fails the run.)
-  SY_TARGETS="shardyard trainer climate gpu_trainer fault_shardyard crash_shardyard io_data_plane_test \
-    io_route_test actors_protocol_test actors_roles_state_test actors_shard_stream_test \
-    actors_stage_runner_test actors_worker_core_test actors_merger_test actors_cluster_test \
-    actors_checkpoint_cluster_test actors_dispatch_cluster_test actors_device_loader_test \
-    actors_placement_test actors_agreement_test actors_monitor_test actors_status_board_test \
-    actors_worker_frames_test actors_worker_launch_test \
-    actors_net_test io_remote_file_system_test runtime_batch_test io_pulled_channel_test" \
+  # systems (the I/O pool, name lookups), the command line, the examples. tests/CMakeLists.txt
+  # labels those tests `tsan`, and its target tsan_suite builds what they run.
+  SY_TARGETS="tsan_suite" \
     sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
   # tests/tsan.supp says why each suppression is there (all are inside CAF).
@@ -58,8 +48,7 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
   tsan_rc=0
   (cd "$SY_ROOT/build-tsan" && \
     TSAN_OPTIONS="halt_on_error=1 history_size=7 demangle=0 second_deadlock_stack=1 suppressions=$SY_ROOT/tests/tsan.supp log_path=$tsan_reports/report" \
-    ctest --output-on-failure -j "$SY_JOBS" --timeout 900 \
-    -R '^(actors_|io_data_plane_test|io_route_test|io_remote_integration|runtime_batch_test|io_pulled_channel_test|e2e\.)') || tsan_rc=$?
+    ctest --output-on-failure -j "$SY_JOBS" --timeout 900 -L tsan) || tsan_rc=$?
   if [ "$tsan_rc" -ne 0 ]; then
     python3 "$SY_ROOT/scripts/sanitizer_digest.py" "$tsan_reports"
     exit "$tsan_rc"
