@@ -6,7 +6,7 @@ SY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SY_JOBS="${SY_JOBS:-$(nproc)}"
 
 SY_PACKAGES=(
-  cmake g++ make pkg-config ccache git
+  cmake g++ make pkg-config ccache git lld
   libcaf-dev libssl-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 tar gzip nginx libarchive-tools

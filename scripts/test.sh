@@ -9,30 +9,48 @@
 # for a bounded time.
 # Usage: scripts/test.sh   (SY_SKIP_SANITIZE=1 / SY_SKIP_TSAN=1 / SY_SKIP_FUZZ=1 leave parts out)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# The wall time of each part, printed when the script ends, passed or not (a CI log may
+# keep only its tail). sy_mark PART: the time since the last mark was PART's.
+sy_times=""
+sy_last_mark=$(date +%s)
+sy_mark() {
+  local now
+  now=$(date +%s)
+  sy_times+="$(printf '  %-24s %5d s' "$1" $((now - sy_last_mark)))"$'\n'
+  sy_last_mark=$now
+}
+sy_print_times() {
+  printf '== wall time per part\n%s' "$sy_times"
+  printf '  %-24s %5d s\n' "(since the last part)" $(($(date +%s) - sy_last_mark))
+}
 sy_install_packages
 sy_install_test_servers
 export SHARDYARD_CACHE_DIR="$(mktemp -d /tmp/shardyard-test-cache.XXXXXX)"
-trap 'rm -rf "$SHARDYARD_CACHE_DIR"' EXIT
+trap 'sy_print_times; rm -rf "$SHARDYARD_CACHE_DIR"' EXIT
+sy_mark "set-up"
 
 echo "== build (RelWithDebInfo) and test"
 mkdir -p "$SY_ROOT/build"
 sy_build "$SY_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_BENCHMARKS=ON
+sy_mark "build RelWithDebInfo"
 (cd "$SY_ROOT/build" && ctest --output-on-failure -j "$SY_JOBS" --timeout 600)
+sy_mark "test RelWithDebInfo"
 
 if [ "${SY_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build with ASan + UBSan and test"
   mkdir -p "$SY_ROOT/build-asan"
   sy_build "$SY_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSHARDYARD_SANITIZE=ON \
     -DSHARDYARD_BENCHMARKS=OFF
+  sy_mark "build ASan+UBSan"
   (cd "$SY_ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     LSAN_OPTIONS=suppressions=$SY_ROOT/tests/lsan.supp \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j "$SY_JOBS" --timeout 900)
+  sy_mark "test ASan+UBSan"
 fi
 
 if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
   echo "== build with ThreadSanitizer (clang: thread-safety annotations checked too) and test"
-  tsan_start=$(date +%s)
   mkdir -p "$SY_ROOT/build-tsan"
   # What runs threads: the actors, their state classes, the data plane, the remote file
   # systems (the I/O pool, name lookups), the command line, the examples. tests/CMakeLists.txt
@@ -40,6 +58,7 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
   SY_TARGETS="tsan_suite" \
     sy_build "$SY_ROOT/build-tsan" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSHARDYARD_TSAN=ON -DSHARDYARD_BENCHMARKS=OFF
+  sy_mark "build TSan"
   # tests/tsan.supp says why each suppression is there (all are inside CAF).
   # Reports go to files (a test's harness keeps only the end of a process's stderr), and a
   # failed run ends with a digest of them (scripts/sanitizer_digest.py).
@@ -49,11 +68,11 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
   (cd "$SY_ROOT/build-tsan" && \
     TSAN_OPTIONS="halt_on_error=1 history_size=7 demangle=0 second_deadlock_stack=1 suppressions=$SY_ROOT/tests/tsan.supp log_path=$tsan_reports/report" \
     ctest --output-on-failure -j "$SY_JOBS" --timeout 900 -L tsan) || tsan_rc=$?
+  sy_mark "test TSan"
   if [ "$tsan_rc" -ne 0 ]; then
     python3 "$SY_ROOT/scripts/sanitizer_digest.py" "$tsan_reports"
     exit "$tsan_rc"
   fi
-  echo "== ThreadSanitizer part took $(( $(date +%s) - tsan_start )) s"
 fi
 
 if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
@@ -64,6 +83,7 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
     -DSHARDYARD_BENCHMARKS=OFF >"$SY_ROOT/build-fuzz.configure.log"
   cmake --build "$SY_ROOT/build-fuzz" -j "$SY_JOBS" --target tar_fuzz http_fuzz checkpoint_fuzz \
     manifest_fuzz window_fuzz transport_fuzz net_fuzz net_corpus_writer worker_frame_fuzz
+  sy_mark "build fuzz targets"
   # sy_fuzz TARGET CORPUS SECONDS: fuzz a copy of the seed corpus (a folder of tests/fuzz,
   # or an absolute path) for a bounded time.
   # Findings go to build-fuzz/artifacts/TARGET/ (never the repository root); a finding
@@ -101,5 +121,6 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
   sy_fuzz net_fuzz "$SY_ROOT/build-fuzz/net_corpus" "${SY_FUZZ_NET_SECONDS:-20}"
   echo "== fuzz the control frames of worker processes (libFuzzer, bounded)"
   sy_fuzz worker_frame_fuzz worker_frame_corpus "${SY_FUZZ_WORKER_SECONDS:-10}"
+  sy_mark "fuzz"
 fi
 echo "== all tests passed"
