@@ -225,15 +225,20 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     return held;
   };
   // The data arena (io/transport/shm_arena.h ArenaChunks): where a worker reads the ranges of
-  // tar shards it does not map, so that their items cross without a copy. It holds a chunk
-  // per logical shard the worker interleaves, until the loader has collated the chunk's
-  // items, and as much again for the loader's items, which lag the worker less since the
-  // loader collates on the trainer's thread until the trainer is busy (actors/loader.cc):
-  // twice that, and the items the loader holds. Four times that
-  // cost a run of the small benchmark set 3% more CPU and 16 MiB more peak RSS, reserving
-  // and zeroing room it hardly used (docs/performance.md, "Worker processes"). A chunk that
-  // finds it full goes to the worker's heap and its items are copied, so this sizes for
-  // speed, not correctness.
+  // tar shards it does not map, so that their items cross without a copy. A chunk that
+  // finds it full goes to the worker's buffer pool and its items are copied into the arena
+  // above, so this sizes for speed, not correctness, and both ways cost:
+  // - Chunks read whole (shuffle, sequential, windows) stay until the loader has collated
+  //   their items, a shuffle buffer's worth: the ring holds a chunk per logical shard the
+  //   worker interleaves, as much again, and the items the loader holds. Less cost the
+  //   shuffled small benchmark set 9% more time at 2-4 MiB than at the 9 MiB this gives.
+  // - Chunks of a few items (reads in order, "Smaller reads where the order allows them"
+  //   in docs/performance.md) leave soon: about one per logical shard is being taken from
+  //   at a time. The ring is written where it came round to, bytes last written the whole
+  //   ring ago, so a larger ring only writes into colder cache lines, while a chunk that
+  //   does not fit goes to the pool's most recently freed buffer, still in the cache: on
+  //   the small set a ring of 1 MiB per worker ran the loop 12-16% faster than one of
+  //   4 MiB, with 20-30% of the chunks copied instead of 2-12% ("Worker processes").
   // Workers fed by a dispatcher read nothing, and ranges that are mapped or walked (large
   // members left unread, the small ones read beside them on the heap) need no room.
   if (tar_job) {
@@ -252,10 +257,15 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
       const uint64_t per_worker =
           (job.shards.count() + uint64_t{workers} * job.topology.ranks - 1) /
           (uint64_t{workers} * job.topology.ranks);
-      const uint64_t data = 2 * chunk * (per_worker + 2) + held_of(copied + 256);
+      const bool small_reads = job.read_items < job.plan.chunk_items;
+      const uint64_t data = small_reads ? chunk * (per_worker + 2)
+                                        : 2 * chunk * (per_worker + 2) + held_of(copied + 256);
+      // At most 256 MiB; at least 1 MiB and room for 4 chunks (ArenaChunks takes none over a
+      // quarter of its ring).
+      const uint64_t smallest = std::max<uint64_t>(1ull << 20, 4 * chunk + 4096);
       launch->data_bytes_ = options.arena_bytes
                                 ? options.arena_bytes
-                                : std::clamp<uint64_t>(data, 4ull << 20, 256ull << 20);
+                                : std::max(smallest, std::min<uint64_t>(data, 256ull << 20));
     }
   }
   const uint64_t packet_items =

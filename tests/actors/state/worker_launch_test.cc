@@ -25,12 +25,40 @@ TEST(WorkerLaunchTest, SmallSamplesCrossInTheDataArenaAndTheRingHoldsTheirDescri
   ASSERT_NE(job, nullptr);
   auto launch = WorkerLaunch::create(*job, WorkerProcessOptions{});
   ASSERT_TRUE(launch.is_ok()) << launch.status().to_string();
-  EXPECT_GE((*launch)->data_bytes(), 4 * kMiB);
+  // Read in order, a few items at a time: the smallest data arena, 1 MiB.
+  ASSERT_LT(job->read_items, job->plan.chunk_items);
+  EXPECT_EQ((*launch)->data_bytes(), kMiB);
   // Descriptors and room for two packets copied whole (a chunk the data arena had no room
   // for), not the 8 MiB a ring that copies every sample needs.
   const uint64_t whole_packet = (job->packet_items + 1) * (4000 + 256);
   EXPECT_GE((*launch)->arena_bytes(), std::max(kMiB, 2 * whole_packet));
   EXPECT_LT((*launch)->arena_bytes(), 8 * kMiB);
+}
+
+// Chunks read a few items at a time leave the data arena soon, and a larger ring only
+// writes into colder memory; chunks read whole for a shuffle stay until the shuffle buffer
+// has taken their items, and the ring is sized to hold them.
+TEST(WorkerLaunchTest, TheDataArenaHoldsWholeChunksOfAShuffleAndFewOfAnOrderedRead) {
+  TempDir dir;
+  JobSpec spec;
+  spec.shards = 8;
+  spec.samples = 300;
+  spec.bytes = 4000;
+  auto ordered = make_test_job(dir.path() + "/d", spec);
+  spec.plan.shuffle = true;
+  auto shuffled = make_test_job(dir.path() + "/s", spec);
+  ASSERT_NE(ordered, nullptr);
+  ASSERT_NE(shuffled, nullptr);
+  ASSERT_LT(ordered->read_items, ordered->plan.chunk_items);
+  ASSERT_EQ(shuffled->read_items, shuffled->plan.chunk_items);
+  auto a = WorkerLaunch::create(*ordered, WorkerProcessOptions{});
+  auto b = WorkerLaunch::create(*shuffled, WorkerProcessOptions{});
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  const uint64_t per_worker = shuffled->shards.count() / 2;
+  const uint64_t sample = 4000 + 3 * 512;  // a sample's members with their headers, at least
+  EXPECT_GE((*b)->data_bytes(), 2 * shuffled->plan.chunk_items * sample * (per_worker + 2));
+  EXPECT_GE((*a)->data_bytes(), kMiB);
+  EXPECT_LT((*a)->data_bytes(), (*b)->data_bytes() / 4);
 }
 
 TEST(WorkerLaunchTest, LargeSamplesCrossAsFileRangesWithoutADataArena) {
