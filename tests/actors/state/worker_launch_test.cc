@@ -15,12 +15,18 @@ using testing::TempDir;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
+// `shards` tar shards of `samples` samples of `bytes` each (the fixture's other defaults).
+JobSpec sized(int shards, int samples, int bytes) {
+  JobSpec spec;
+  spec.shards = shards;
+  spec.samples = samples;
+  spec.bytes = bytes;
+  return spec;
+}
+
 TEST(WorkerLaunchTest, SmallSamplesCrossInTheDataArenaAndTheRingHoldsTheirDescriptors) {
   TempDir dir;
-  JobSpec spec;
-  spec.shards = 4;
-  spec.samples = 25;
-  spec.bytes = 4000;  // read whole, chunk by chunk: into the data arena
+  const JobSpec spec = sized(4, 25, 4000);  // read whole, chunk by chunk: into the data arena
   auto job = make_test_job(dir.path() + "/d", spec);
   ASSERT_NE(job, nullptr);
   auto launch = WorkerLaunch::create(*job, WorkerProcessOptions{});
@@ -40,10 +46,7 @@ TEST(WorkerLaunchTest, SmallSamplesCrossInTheDataArenaAndTheRingHoldsTheirDescri
 // has taken their items, and the ring is sized to hold them.
 TEST(WorkerLaunchTest, TheDataArenaHoldsWholeChunksOfAShuffleAndFewOfAnOrderedRead) {
   TempDir dir;
-  JobSpec spec;
-  spec.shards = 8;
-  spec.samples = 300;
-  spec.bytes = 4000;
+  JobSpec spec = sized(8, 300, 4000);
   auto ordered = make_test_job(dir.path() + "/d", spec);
   spec.plan.shuffle = true;
   auto shuffled = make_test_job(dir.path() + "/s", spec);
@@ -63,10 +66,8 @@ TEST(WorkerLaunchTest, TheDataArenaHoldsWholeChunksOfAShuffleAndFewOfAnOrderedRe
 
 TEST(WorkerLaunchTest, LargeSamplesCrossAsFileRangesWithoutADataArena) {
   TempDir dir;
-  JobSpec spec;
-  spec.shards = 2;
-  spec.samples = 4;
-  spec.bytes = 300000;  // past the reader's mapping threshold: mapped, named by file range
+  // Past the reader's mapping threshold: mapped, named by file range.
+  const JobSpec spec = sized(2, 4, 300000);
   auto job = make_test_job(dir.path() + "/d", spec);
   ASSERT_NE(job, nullptr);
   auto launch = WorkerLaunch::create(*job, WorkerProcessOptions{});
@@ -91,11 +92,7 @@ TEST(WorkerLaunchTest, AnArenaSizeGivenByTheUserIsKept) {
 // not read into the batch, do not.
 TEST(JobDataTest, CollatesFromFilesWhereLargeMembersAreReadIntoTheBatch) {
   TempDir dir;
-  JobSpec large;
-  large.shards = 2;
-  large.samples = 3;
-  large.bytes = 100000;
-  auto job = make_test_job(dir.path() + "/large", large);
+  auto job = make_test_job(dir.path() + "/large", sized(2, 3, 100000));
   ASSERT_NE(job, nullptr);
   ASSERT_GT(job->unread_field_bytes, 0u);
   EXPECT_TRUE(job->collates_from_files());
