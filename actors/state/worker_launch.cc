@@ -230,8 +230,9 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
   // above, so this sizes for speed, not correctness, and both ways cost:
   // - Chunks read whole (shuffle, sequential, windows) stay until the loader has collated
   //   their items, a shuffle buffer's worth: the ring holds a chunk per logical shard the
-  //   worker interleaves, as much again, and the items the loader holds. Less cost the
-  //   shuffled small benchmark set 9% more time at 2-4 MiB than at the 9 MiB this gives.
+  //   worker interleaves, as much again, and the items the loader holds. A smaller ring
+  //   cost the shuffled small benchmark set 9% more time (2-4 MiB against the 9 MiB this
+  //   gives).
   // - Chunks of a few items (reads in order, "Smaller reads where the order allows them"
   //   in docs/performance.md) leave soon: about one per logical shard is being taken from
   //   at a time. The ring is written where it came round to, bytes last written the whole
