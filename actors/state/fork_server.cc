@@ -31,6 +31,12 @@ constexpr int kServerSendTimeoutMs = 10000;
 std::mutex g_mu;
 std::shared_ptr<ForkServer> g_server;  // guarded by g_mu
 
+// The server this process started, gone or not; null without one.
+std::shared_ptr<ForkServer> registered() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_server;
+}
+
 // Threads of this process (/proc/self/task), or 0 when it cannot be told.
 size_t threads_now() {
   DIR* d = ::opendir("/proc/self/task");
@@ -128,10 +134,7 @@ io::UniqueFd open_pidfd(pid_t pid) {
 }
 
 Status ForkServer::start(int (*serve)(io::UniqueFd)) {
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_server) return invalid_argument("this process has a worker fork server already");
-  }
+  if (registered()) return invalid_argument("this process has a worker fork server already");
   // With one thread nothing else can start a server meanwhile, and g_mu is not held across
   // the fork: the server and its workers get it unlocked.
   const size_t threads = threads_now();
@@ -157,11 +160,7 @@ Status ForkServer::start(int (*serve)(io::UniqueFd)) {
 }
 
 std::shared_ptr<ForkServer> ForkServer::get() {
-  std::shared_ptr<ForkServer> s;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    s = g_server;
-  }
+  std::shared_ptr<ForkServer> s = registered();
   if (!s) return nullptr;
   std::lock_guard<std::mutex> lock(s->mu_);
   return s->gone_ ? nullptr : s;
@@ -268,11 +267,7 @@ ForkServer::Usage ForkServer::usage() {
 }
 
 ForkServer::Usage ForkServer::usage_of_ended_workers() {
-  std::shared_ptr<ForkServer> s;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    s = g_server;
-  }
+  std::shared_ptr<ForkServer> s = registered();
   return s ? s->usage() : Usage{};
 }
 
