@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,8 +33,20 @@ size_t threads_now() {
   return n;
 }
 
-// A worker: says who its parent is, then does what the first frame says ("exit N", or
-// anything else: wait until the socket closes).
+// Spins until this process has used `ms` milliseconds of CPU.
+void burn_cpu(int ms) {
+  const auto used = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1000.0 + t.tv_nsec / 1e6;
+  };
+  const double until = used() + ms;
+  while (used() < until) {
+  }
+}
+
+// A worker: says who its parent is, then does what the first frame says ("exit N": use
+// 50 ms of CPU, then exit with N; anything else: wait until the socket closes).
 int serve(io::UniqueFd fd) {
   auto control = io::UnixSocket::adopt(std::move(fd));
   if (!control.is_ok()) return 90;
@@ -43,7 +56,10 @@ int serve(io::UniqueFd fd) {
   io::Frame f;
   auto got = control->receive(&f, 20000);
   if (!got.is_ok() || *got != io::UnixSocket::Received::kFrame) return 0;
-  if (f.body.rfind("exit ", 0) == 0) return std::stoi(f.body.substr(5));
+  if (f.body.rfind("exit ", 0) == 0) {
+    burn_cpu(50);
+    return std::stoi(f.body.substr(5));
+  }
   for (int i = 0; i < 30; ++i) {  // at most 30 s
     got = control->receive(&f, 1000);
     if (!got.is_ok() || *got == io::UnixSocket::Received::kClosed) break;
@@ -115,11 +131,13 @@ TEST(ForkServerTest, ForksWorkersReapsThemAndTheyDieWithIt) {
   ASSERT_EQ(::kill(b.pid, SIGKILL), 0);
   EXPECT_EQ(server->wait(b.pid, milliseconds(10000), &status), b.pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  // What the reaped workers used.
+  // What the reaped workers used: the 50 ms that `a` spent before it exited, at least.
   const ForkServer::Usage used = server->usage();
   EXPECT_GT(used.peak_rss_kb, 0);
-  EXPECT_GE(used.cpu_seconds, 0.0);
+  EXPECT_GE(used.cpu_seconds, 0.045);
+  EXPECT_LT(used.cpu_seconds, 60.0);
   EXPECT_EQ(ForkServer::usage_of_ended_workers().peak_rss_kb, used.peak_rss_kb);
+  EXPECT_EQ(ForkServer::usage_of_ended_workers().cpu_seconds, used.cpu_seconds);
 
   // The server killed: its last worker dies with it, and the server is gone for good.
   ASSERT_EQ(::kill(server_pid, SIGKILL), 0);
