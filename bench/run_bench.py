@@ -528,6 +528,7 @@ def summarize(records, shape, index, cat_bytes):
         else:
             s["samples_per_s"] = index["total_samples"] / s["seconds"]
             s["mb_per_s"] = index["total_payload_bytes"] / s["seconds"] / 1e6  # payload
+        s["cpu_us_per_sample"] = 1e6 * s["cpu_s"] / index["total_samples"]
         out[cfg] = s
     return out
 
@@ -572,11 +573,13 @@ def render(info, summaries, verifies, scaling, commands, args, indexes):
       "maximum resident set size (the largest single process; torch's 2 workers are separate "
       "processes, so their sum is given as *tree PSS*). *CPU%* over the timed loop (torch: its "
       "own `cpu_percent`, main + workers; shardyard: `cpu_seconds / total_seconds`; 200 = both "
-      "cores). *CPU s* = user + sys of the whole process (torch: including `import torch`).")
+      "cores). *CPU s* = user + sys of the whole process (torch: including `import torch`; "
+      "shardyard: its start and manifest load too). *CPU us/sample* = *CPU s* over the "
+      "dataset's samples (`cat`: what reading a sample's tar bytes costs).")
     a("")
     a("| dataset | loader | samples/s | payload MB/s | seconds (min-max) | vs cat | vs torch "
-      "| peak RSS MiB | tree PSS MiB | CPU% | CPU s |")
-    a("|---|---|---|---|---|---|---|---|---|---|---|")
+      "| peak RSS MiB | tree PSS MiB | CPU% | CPU s | CPU us/sample |")
+    a("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shape, summ in summaries.items():
         cat = summ.get("cat")
         torch = summ.get("torch")
@@ -588,11 +591,12 @@ def render(info, summaries, verifies, scaling, commands, args, indexes):
             vs_torch = (s["samples_per_s"] / torch["samples_per_s"]
                         if torch and s["samples_per_s"] else None)
             mbs = fmt(s["mb_per_s"], 1) + (" (tar)" if cfg == "cat" else "")
-            a("| %s | %s | %s | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %s |"
+            a("| %s | %s | %s | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %s | %s |"
               % (shape, LABELS[cfg], fmt(s["samples_per_s"]), mbs, fmt(s["seconds"], 3),
                  fmt(s["min_s"], 3), fmt(s["max_s"], 3), fmt(vs_cat, 3),
                  "%.1fx" % vs_torch if vs_torch else "-", fmt(s["maxrss_mib"]),
-                 fmt(s.get("tree_pss_mib")), fmt(s["cpu_percent_loop"]), fmt(s["cpu_s"], 2)))
+                 fmt(s.get("tree_pss_mib")), fmt(s["cpu_percent_loop"]), fmt(s["cpu_s"], 2),
+                 fmt(s["cpu_us_per_sample"], 2)))
     a("")
     dist = [(shape, cfg, s["n_disturbed"], s["foreign_max"]) for shape, summ in summaries.items()
             for cfg, s in summ.items()]
