@@ -243,7 +243,7 @@ void SampleReader::will_need(uint32_t source, uint64_t first, uint64_t last) {
   }
   if (src.kind != SourceKind::kTar) return;
   auto f = file(source);
-  if (!f.is_ok()) return;
+  if (!f.is_ok() || !(*f)->wants_hints()) return;
   const auto [begin, end] = src.samples.byte_range(first, last);
   (*f)->will_need(begin, static_cast<size_t>(end - begin));
 }

@@ -108,9 +108,10 @@ class LocalFile : public RandomAccessFile {
   // look up every page of it again (5% of the CPU of a run over cached small samples,
   // docs/performance.md). A read that finds the cache cold turns the hints back on.
   void will_need(uint64_t offset, size_t n) override {
-    if (cached_.load(std::memory_order_relaxed)) return;
+    if (!wants_hints()) return;
     ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
   }
+  bool wants_hints() const override { return !cached_.load(std::memory_order_relaxed); }
 
   Result<std::shared_ptr<const MappedRange>> map(uint64_t offset, size_t n) override {
     // A range past the end of the file as it is now: it shrank since it was opened. (The

@@ -54,6 +54,9 @@ class RandomAccessFile {
   // A hint that [offset, offset + n) will be read soon: a remote file starts fetching it
   // in the background. Never required for correctness.
   virtual void will_need(uint64_t /*offset*/, size_t /*n*/) {}
+  // Whether will_need() would do anything now: false lets a caller skip working out the
+  // range (a local file whose last read found the page cache holding it ignores hints).
+  virtual bool wants_hints() const { return true; }
   // How many bytes one will_need() had best name. A remote file fetches a hint with one
   // request, and a request costs more than its bytes: a caller that reads such a file in
   // order names its next pieces together, up to this many bytes. 0: name each piece alone

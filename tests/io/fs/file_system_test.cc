@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -134,6 +136,46 @@ TEST_F(LocalWriteTest, ReadsTheSameBytesWhetherThePageCacheHoldsAllPartOrNoneOfT
     (*file)->will_need(0, bytes.size());  // a hint only: changes no byte
     read(4096 * 200 + 7, 70000);
     EXPECT_EQ(got, bytes.substr(4096 * 200 + 7, 70100)) << "round " << round;
+  }
+  ::close(fd);
+}
+
+// A hint to a local file is worth its cost only while the page cache does not hold what is
+// read: a file wants hints until a read finds its whole range cached, and again once a read
+// does not.
+TEST_F(LocalWriteTest, WantsHintsUntilAReadFindsItsWholeRangeInThePageCache) {
+  const std::string path = dir_ + "/hints.bin";
+  const std::string bytes(1u << 20, '\x3c');
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fsync(fd), 0);
+  // Whether the page cache holds byte `at`, as the file itself asks it (RWF_NOWAIT); -1
+  // where this file system cannot say.
+  auto cached = [&](uint64_t at) {
+    char c;
+    iovec iov{&c, 1};
+    if (::preadv2(fd, &iov, 1, static_cast<off_t>(at), RWF_NOWAIT) == 1) return 1;
+    return errno == EAGAIN ? 0 : -1;
+  };
+  if (cached(0) < 0) {
+    ::close(fd);
+    GTEST_SKIP() << "this file system does not answer RWF_NOWAIT reads";
+  }
+  auto file = local_file_system().open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  EXPECT_TRUE((*file)->wants_hints()) << "nothing has been read yet";
+  std::string got(bytes.size(), '\0');
+  ASSERT_TRUE((*file)->read_at(0, got.data(), got.size()).is_ok());
+  EXPECT_EQ(got, bytes);
+  EXPECT_FALSE((*file)->wants_hints()) << "the range just read was all in the page cache";
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (cached(4096) == 0) {  // the kernel dropped it (it may keep pages it cannot drop)
+    ASSERT_TRUE((*file)->read_at(4096, got.data(), 8192).is_ok());
+    EXPECT_TRUE((*file)->wants_hints()) << "the last read went to the disk";
   }
   ::close(fd);
 }
