@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
     } else if (a == "--ring") {
       o.ring = std::max<size_t>(1, std::strtoull(value(), nullptr, 10));
     } else if (a == "--batch-bytes") {
-      o.batch_bytes = std::max<size_t>(1 << 20, std::strtoull(value(), nullptr, 10));
+      o.batch_bytes = std::strtoull(value(), nullptr, 10);
     } else if (a == "--no-copy") {
       o.copy = false;
     } else {
@@ -189,6 +189,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // A member copied whole is shorter than a read: the batch region must hold one.
+  o.batch_bytes = std::max(o.batch_bytes, o.read_bytes);
   std::vector<std::string> paths;
   if (DIR* d = ::opendir(o.dir.c_str())) {
     while (const dirent* e = ::readdir(d)) {
