@@ -76,7 +76,7 @@ if [ "${SY_SKIP_TSAN:-0}" != 1 ]; then
 fi
 
 if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
-  echo "== fuzz the tar reader (libFuzzer, bounded)"
+  echo "== build the fuzz targets (libFuzzer)"
   mkdir -p "$SY_ROOT/build-fuzz"
   cmake -S "$SY_ROOT" -B "$SY_ROOT/build-fuzz" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDYARD_FUZZ=ON -DSHARDYARD_TESTS=ON \
@@ -104,23 +104,51 @@ if [ "${SY_SKIP_FUZZ:-0}" != 1 ]; then
       echo "== $1 found a failing input (exit $rc): $artifacts/"; return "$rc"
     fi
   }
-  sy_fuzz tar_fuzz corpus "${SY_FUZZ_SECONDS:-60}"
-  echo "== fuzz the HTTP and S3 response parsers (libFuzzer, bounded)"
-  sy_fuzz http_fuzz http_corpus "${SY_FUZZ_HTTP_SECONDS:-20}"
-  echo "== fuzz the checkpoint formats (libFuzzer, bounded)"
-  sy_fuzz checkpoint_fuzz checkpoint_corpus "${SY_FUZZ_CHECKPOINT_SECONDS:-20}"
-  echo "== fuzz the manifest format and its packed sample tables (libFuzzer, bounded)"
-  sy_fuzz manifest_fuzz manifest_corpus "${SY_FUZZ_MANIFEST_SECONDS:-20}"
-  echo "== fuzz the window spec parser and window math (libFuzzer, bounded)"
-  sy_fuzz window_fuzz window_corpus "${SY_FUZZ_WINDOW_SECONDS:-10}"
-  echo "== fuzz the shared-memory data plane's decoders (libFuzzer, bounded)"
-  sy_fuzz transport_fuzz transport_corpus "${SY_FUZZ_TRANSPORT_SECONDS:-10}"
-  echo "== fuzz what the coordinator decodes from the network (libFuzzer, bounded)"
+  # sy_fuzz_start WHAT TARGET CORPUS SECONDS: sy_fuzz in the background, SY_JOBS at a time.
+  # A fuzzer is one process on one core (libFuzzer's default), so two cores fuzz two targets
+  # in the time of one, each for its whole budget. Each one's output is printed, in order,
+  # once all have ended; a finding fails the run then.
+  fuzz_logs="$(mktemp -d /tmp/shardyard-fuzz-logs.XXXXXX)"
+  fuzz_n=0
+  sy_fuzz_start() {
+    while [ "$(jobs -rp | wc -l)" -ge "$SY_JOBS" ]; do wait -n || true; done
+    fuzz_n=$((fuzz_n + 1))
+    local log="$fuzz_logs/$fuzz_n" what="$1"
+    shift
+    (
+      rc=0
+      echo "== fuzz $what (libFuzzer, bounded)"
+      sy_fuzz "$@" || rc=$?
+      echo "$rc" >"$log.rc"
+    ) >"$log.out" 2>&1 &
+  }
+  # What net_fuzz starts from: valid messages of every type the gate takes, made fresh.
   rm -rf "$SY_ROOT/build-fuzz/net_corpus" && mkdir -p "$SY_ROOT/build-fuzz/net_corpus"
   "$SY_ROOT/build-fuzz/tests/fuzz/net_corpus_writer" "$SY_ROOT/build-fuzz/net_corpus"
-  sy_fuzz net_fuzz "$SY_ROOT/build-fuzz/net_corpus" "${SY_FUZZ_NET_SECONDS:-20}"
-  echo "== fuzz the control frames of worker processes (libFuzzer, bounded)"
-  sy_fuzz worker_frame_fuzz worker_frame_corpus "${SY_FUZZ_WORKER_SECONDS:-10}"
+  sy_fuzz_start "the tar reader" tar_fuzz corpus "${SY_FUZZ_SECONDS:-60}"
+  sy_fuzz_start "the HTTP and S3 response parsers" http_fuzz http_corpus \
+    "${SY_FUZZ_HTTP_SECONDS:-20}"
+  sy_fuzz_start "the checkpoint formats" checkpoint_fuzz checkpoint_corpus \
+    "${SY_FUZZ_CHECKPOINT_SECONDS:-20}"
+  sy_fuzz_start "the manifest format and its packed sample tables" manifest_fuzz \
+    manifest_corpus "${SY_FUZZ_MANIFEST_SECONDS:-20}"
+  sy_fuzz_start "what the coordinator decodes from the network" net_fuzz \
+    "$SY_ROOT/build-fuzz/net_corpus" "${SY_FUZZ_NET_SECONDS:-20}"
+  sy_fuzz_start "the window spec parser and window math" window_fuzz window_corpus \
+    "${SY_FUZZ_WINDOW_SECONDS:-10}"
+  sy_fuzz_start "the shared-memory data plane's decoders" transport_fuzz transport_corpus \
+    "${SY_FUZZ_TRANSPORT_SECONDS:-10}"
+  sy_fuzz_start "the control frames of worker processes" worker_frame_fuzz \
+    worker_frame_corpus "${SY_FUZZ_WORKER_SECONDS:-10}"
+  wait
+  fuzz_rc=0
+  for ((k = 1; k <= fuzz_n; k++)); do
+    cat "$fuzz_logs/$k.out"
+    r="$(cat "$fuzz_logs/$k.rc" 2>/dev/null || echo 1)"
+    [ "$r" -eq 0 ] || fuzz_rc="$r"
+  done
+  rm -rf "$fuzz_logs"
   sy_mark "fuzz"
+  [ "$fuzz_rc" -eq 0 ] || exit "$fuzz_rc"
 fi
 echo "== all tests passed"
