@@ -166,11 +166,9 @@ SampleReader::SampleReader(FileSystem& fs, std::shared_ptr<const Manifest> manif
 SampleReader::~SampleReader() = default;
 
 Result<std::shared_ptr<RandomAccessFile>> SampleReader::file(uint32_t source) {
-  auto it = open_.find(source);
-  if (it != open_.end()) {
-    lru_.remove(source);
-    lru_.push_front(source);
-    return it->second;
+  if (auto it = open_.find(source); it != open_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.place);
+    return it->second.file;
   }
   const auto& src = manifest_->sources[source];
   // The manifest's size and version go with the open: a remote file system then checks
@@ -188,8 +186,8 @@ Result<std::shared_ptr<RandomAccessFile>> SampleReader::file(uint32_t source) {
     cursors_.erase(lru_.back());
     lru_.pop_back();
   }
-  open_[source] = shared;
   lru_.push_front(source);
+  open_[source] = OpenFile{shared, lru_.begin()};
   return shared;
 }
 

@@ -138,8 +138,15 @@ class SampleReader {
   size_t max_open_;
   size_t map_threshold_;
   uint64_t max_sample_bytes_;
-  std::list<uint32_t> lru_;  // most recent first
-  std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> open_;
+  // The open files, and their order of use (most recent first). Each keeps its place in
+  // lru_, so that a read moves it to the front without walking the list: a reader of
+  // remote shards keeps up to 1,024 open, and every chunk read and hint asks for its file.
+  struct OpenFile {
+    std::shared_ptr<RandomAccessFile> file;
+    std::list<uint32_t>::iterator place;  // in lru_
+  };
+  std::list<uint32_t> lru_;
+  std::unordered_map<uint32_t, OpenFile> open_;
   std::unordered_map<uint32_t, std::unique_ptr<GzCursor>> gz_;
   // Per open source: where parse()'s walks over its last runs stopped, the oldest first
   // (one per logical shard that reads the source, up to kMaxCursorsPerSource).

@@ -238,6 +238,40 @@ TEST(SampleReader, KeepsMoreFilesOpenWhereEverySourceIsRemote) {
   }
 }
 
+// Past max_open_files, the file closed is the one read least recently: a read moves its
+// file to the front, so a source read often stays open between the others.
+TEST(SampleReader, ClosesTheFileReadLeastRecently) {
+  const auto& fx = Fixtures::get();
+  const std::string path = fx.path("py_ustar.tar");
+  const auto one = manifest_of({path});
+  auto m = std::make_shared<Manifest>(*one);
+  m->sources.clear();
+  for (uint32_t i = 0; i < 3; ++i) {
+    SourceEntry e = one->sources[0];
+    e.uri = "/test/" + std::to_string(i) + ".tar";
+    m->sources.push_back(e);
+  }
+  RemoteLookalike fs(path);
+  SampleReaderOptions o;
+  o.max_open_files = 2;
+  SampleReader reader(fs, m, BufferPool::create(), o);
+  auto read = [&](uint32_t s) {
+    std::vector<Item> items;
+    Status st = reader.read(s, 0, 1, 0, &items);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_EQ(items.size(), 1u);
+  };
+  // 0 and 1 open; 0 read again; 2 closes 1, the least recent, and 0 stays open.
+  for (uint32_t s : {0u, 1u, 0u, 2u, 0u}) read(s);
+  EXPECT_EQ(fs.opens, 3);
+  read(1);  // closed above: opened again, closing 2 (0 was read after it)
+  EXPECT_EQ(fs.opens, 4);
+  read(0);
+  EXPECT_EQ(fs.opens, 4);
+  read(2);
+  EXPECT_EQ(fs.opens, 5);
+}
+
 TEST(SampleReader, ItemsKeepTheirBytesAfterTheReaderIsGone) {
   const auto& fx = Fixtures::get();
   auto manifest = manifest_of({fx.path("py_pax.tar")});
