@@ -129,7 +129,10 @@ def main():
                  "RSS = shardyard's `peak_rss_kb` (the rank process alone). Command:")
     lines.append("")
     lines.append("```sh")
-    lines.append("/usr/bin/python3 bench/large_read_bench.py --shardyard build/tools/shardyard "
+    # The binary as given on the command line (a path under the repository, relative to it).
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shown = os.path.relpath(sy, repo) if sy.startswith(repo + os.sep) else args.shardyard
+    lines.append(f"/usr/bin/python3 bench/large_read_bench.py --shardyard {shown} "
                  f"--reps {args.reps} --write-doc")
     lines.append("# which times, per set and rep (DATA = --data-dir):")
     lines.append("cat DATA/SET/train-*.tar > /dev/null")
