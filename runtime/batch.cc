@@ -40,24 +40,6 @@ Status read_unread(const Item& item, const Field& f, uint8_t* dst) {
   return Status::ok();
 }
 
-// Asks for the first bytes of the fields of the item `kPrefetchAhead` places on while the
-// item before is copied. Consecutive items of a batch lie in different chunks (a batch
-// takes one item of each logical shard in turn), read by a worker on another core, so
-// without it each copy starts with cache misses that the hardware prefetcher cannot
-// foresee. Measured end to end (1-5% off a small-sample run's loop); the micro benchmark
-// BM_BuildBatch64_Spread, whose chunks sit in this core's cache or the L3, cannot tell:
-// docs/performance.md, "Collating with the next items' bytes asked for ahead".
-constexpr size_t kPrefetchAhead = 2;
-constexpr size_t kPrefetchBytes = 4096;  // per field; the hardware takes a longer one on
-
-void prefetch_fields(const Item& item) {
-  for (const Field& f : item.fields) {
-    if (f.unread()) continue;
-    const size_t n = std::min<size_t>(f.size, kPrefetchBytes);
-    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(f.data + o);
-  }
-}
-
 }  // namespace
 
 BatchBuilder::BatchBuilder(std::vector<Item>& items, uint32_t epoch, uint64_t step, uint32_t rank,
@@ -116,9 +98,7 @@ BatchBuilder::BatchBuilder(std::vector<Item>& items, uint32_t epoch, uint64_t st
 Status BatchBuilder::fill(size_t begin, size_t end) const {
   const auto& items = *items_;
   end = std::min(end, items.size());
-  for (size_t i = begin; i < end && i < begin + kPrefetchAhead; ++i) prefetch_fields(items[i]);
   for (size_t i = begin; i < end; ++i) {
-    if (i + kPrefetchAhead < end) prefetch_fields(items[i + kPrefetchAhead]);
     const auto& it = items[i];
     for (size_t k = 0; k < batch_.columns_.size(); ++k) {
       const auto& col = batch_.columns_[k];
