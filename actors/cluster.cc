@@ -55,7 +55,6 @@ Status LoaderOptions::validate() const {
                             std::to_string(world_size));
   if (workers == 0 || workers > 1024) return invalid_argument("workers must be 1..1024");
   if (batch_size == 0) return invalid_argument("batch_size must be at least 1");
-  if (prefetch_packets == 0) return invalid_argument("prefetch_packets must be at least 1");
   if ((!device.empty() || custom_device) && (device_prefetch == 0 || device_prefetch > 64))
     return invalid_argument("device_prefetch must be 1..64");
   if (max_sample_bytes == 0) return invalid_argument("max_sample_bytes must be at least 1");
@@ -109,6 +108,7 @@ const Manifest& Cluster::manifest() const { return *impl_->job->manifest; }
 const ScanReport& Cluster::scan_report() const { return impl_->report; }
 const LoaderOptions& Cluster::options() const { return impl_->options; }
 uint32_t Cluster::logical_shards() const { return impl_->job->shards.count(); }
+uint32_t Cluster::prefetch_packets() const { return impl_->prefetch_packets(); }
 
 Result<std::shared_ptr<Cluster>> Cluster::start(const LoaderOptions& options,
                                                 std::vector<uint32_t> ranks) {

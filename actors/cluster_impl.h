@@ -95,6 +95,11 @@ struct Cluster::Impl {
     }
     cancel_epochs();
   }
+  // Packets each worker queues for its loader: options.prefetch_packets, or where that is
+  // 0 the job's default (JobData::default_prefetch_packets).
+  uint32_t prefetch_packets() const {
+    return options.prefetch_packets ? options.prefetch_packets : job->default_prefetch_packets();
+  }
   Status job_failure() SY_EXCLUDES(mu) {
     MutexLock lock(&mu);
     return failure;

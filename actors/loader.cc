@@ -346,6 +346,7 @@ Status Loader::start_epoch(uint32_t epoch) {
   const auto& job = *d.job;
   const uint32_t w_count = job.topology.workers;
   const bool exact = d.options.order == Order::kExact;
+  const uint32_t queued = d.prefetch_packets();
 
   // Channels (and the route) first, so workers find them when their units arrive.
   std::vector<std::shared_ptr<io::Channel>> channels;
@@ -355,23 +356,22 @@ Status Loader::start_epoch(uint32_t epoch) {
   if (job.dispatch != Dispatch::kNone) {
     // Routed items come back on one channel and are put in order by position; the window
     // covers every worker's queued packets plus the packets being filled.
-    const auto window = static_cast<uint32_t>(std::max<uint64_t>(
-        1024, uint64_t{job.packet_items} * w_count * (d.options.prefetch_packets + 2)));
+    const auto window = static_cast<uint32_t>(
+        std::max<uint64_t>(1024, uint64_t{job.packet_items} * w_count * (queued + 2)));
     start.route = base + "route";
     route = job.data_plane->open_route(start.route, job.dispatch, w_count, window);
     start.channels.push_back(base + "all");
-    channels.push_back(job.data_plane->open_channel(
-        start.channels.back(), w_count, static_cast<size_t>(d.options.prefetch_packets) * w_count));
+    channels.push_back(job.data_plane->open_channel(start.channels.back(), w_count,
+                                                    static_cast<size_t>(queued) * w_count));
   } else if (exact) {
     for (uint32_t w = 0; w < w_count; ++w) {
       start.channels.push_back(base + "w" + std::to_string(w));
-      channels.push_back(
-          job.data_plane->open_channel(start.channels.back(), 1, d.options.prefetch_packets));
+      channels.push_back(job.data_plane->open_channel(start.channels.back(), 1, queued));
     }
   } else {
     start.channels.push_back(base + "all");
-    channels.push_back(job.data_plane->open_channel(
-        start.channels.back(), w_count, static_cast<size_t>(d.options.prefetch_packets) * w_count));
+    channels.push_back(job.data_plane->open_channel(start.channels.back(), w_count,
+                                                    static_cast<size_t>(queued) * w_count));
   }
 
   Result<EpochTicket> ticket = internal_error("no answer from the dispatcher");
@@ -448,9 +448,8 @@ Status Loader::start_epoch(uint32_t epoch) {
           QueueRef{start.channels[k],
                    channels[k],
                    {},
-                   channels.size() == w_count && exact && !route
-                       ? uint64_t{d.options.prefetch_packets}
-                       : uint64_t{d.options.prefetch_packets} * w_count,
+                   channels.size() == w_count && exact && !route ? uint64_t{queued}
+                                                                 : uint64_t{queued} * w_count,
                    channels.size() == w_count && exact && !route ? static_cast<int32_t>(k) : -1});
     if (route) queues.push_back(QueueRef{start.route, {}, route, 0, -1});
     e.board->open_epoch(*ticket, std::move(queues), e.depth);

@@ -116,9 +116,12 @@ struct LoaderOptions {
   uint32_t prefetch_batches = 2;
   bool prefetch_eager = false;
   // Packets queued per worker (each up to 128 items or 4 MiB). Each also holds the chunks
-  // its items were read from until they are collated: 3 rather than 4 took a small-sample
-  // run's peak RSS from 41 to 34 MiB (docs/performance.md, proposal 5).
-  uint32_t prefetch_packets = 3;
+  // its items were read from until they are collated. 0 (the default) lets the job choose:
+  // in exact order the packets of one round of a worker's reads, 1 to 3 (1 for small samples
+  // read in order, 3 with shuffle); 1 in any order; 3 with a dispatcher
+  // (actors/state/job.h JobData::default_prefetch_packets, docs/performance.md "Packets
+  // queued per worker"). Cluster::prefetch_packets() says what a job uses.
+  uint32_t prefetch_packets = 0;
   // What the job takes from the process (actors/env.h); null = Env::Default(). Its file
   // system serves every source and receives checkpoints: by default local paths, http://,
   // https:// and s3:// uris (configured from the environment; only local paths can be
@@ -344,6 +347,8 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   const ScanReport& scan_report() const;
   const LoaderOptions& options() const;
   uint32_t logical_shards() const;
+  // Packets each worker queues: LoaderOptions::prefetch_packets, or the job's default.
+  uint32_t prefetch_packets() const;
   // Every actor's state: the coordinator's asked through its mailbox, the others' read
   // from what they report as they run (a worker in a unit cannot answer a message).
   std::vector<RoleSnapshot> snapshot();

@@ -562,6 +562,7 @@ int run(RunArgs args, Env* env) {
   j["workers"] = args.workers;
   j["batch_size"] = args.batch_size;
   j["logical_shards"] = (*cluster)->logical_shards();
+  j["prefetch_packets"] = (*cluster)->prefetch_packets();
   j["dispatch"] = dispatch_name(resolve_dispatch(opt.pipeline, opt.dispatch));
   j["placement"] = worker_placement_name(opt.placement);
   j["worker_restarts"] = (*cluster)->worker_restarts();
@@ -683,7 +684,7 @@ Command add_run_command(CLI::App& app, Env* env) {
                 "collate ahead from the first batch (default: once the trainer is busy between "
                 "batches)");
   cmd->add_option("--prefetch-packets", args->prefetch_packets,
-                  "packets queued per worker (0: the loader's default)");
+                  "packets queued per worker (0: chosen from the job)");
   cmd->add_flag("--no-cache", args->no_cache, "do not read or write the manifest cache");
   cmd->add_option("--cache-dir", args->cache_dir, "manifest cache folder");
   cmd->add_option("--distributed-strategy", args->distributed_strategy, "contiguous | strided");

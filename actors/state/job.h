@@ -65,6 +65,15 @@ struct JobData {
   // the workers (unread_field_bytes) make up the job's samples, local tar shards whose
   // samples are that long on average, read by the workers themselves.
   bool collates_from_files() const;
+  // Packets each worker queues for its loader where LoaderOptions::prefetch_packets is 0.
+  // In exact order a worker whose channel is full sleeps while the loader waits for the
+  // other workers' items, so its queue must span the rhythm of its reads: a stream reads
+  // `read_items` of each logical shard it interleaves in turn, so every that many rounds
+  // its items come at the cost of a read each. The default is the packets of one such round,
+  // 1 to 3; anything deeper only holds bytes that leave the cache before they are collated
+  // (docs/performance.md, "Packets queued per worker"). In any order (Order::kAsCompleted)
+  // nothing waits for a lagging worker: 1. Dispatched jobs keep 3.
+  uint32_t default_prefetch_packets() const;
 };
 
 // Everything make_job() needs, in one struct (defaults as in LoaderOptions).

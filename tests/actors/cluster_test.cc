@@ -72,6 +72,27 @@ TEST_F(ClusterTest, TwoRanksDeliverEverySampleOncePerEpoch) {
   EXPECT_EQ(keys[0].size() + keys[1].size(), 120u);
 }
 
+TEST_F(ClusterTest, PacketsQueuedPerWorkerAreTheJobsUnlessSet) {
+  opt_.prefetch_packets = 0;  // the default: chosen from the job
+  {
+    auto cluster = Cluster::start(opt_, {0});
+    ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
+    const uint32_t chosen = (*cluster)->prefetch_packets();
+    EXPECT_GE(chosen, 1u);
+    EXPECT_LE(chosen, 3u);
+    auto loader = (*cluster)->loader(0);
+    ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
+    ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+    Status error;
+    EXPECT_EQ(drain(**loader, &error).size(), 120u);
+    EXPECT_TRUE(error.is_ok()) << error.to_string();
+  }
+  opt_.prefetch_packets = 5;
+  auto cluster = Cluster::start(opt_, {0});
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
+  EXPECT_EQ((*cluster)->prefetch_packets(), 5u);
+}
+
 // A file system that counts the reads made outside a worker thread (current_worker() null).
 class ThreadCheckingFileSystem : public FileSystemWrapper {
  public:

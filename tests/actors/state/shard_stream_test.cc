@@ -384,6 +384,56 @@ TEST(ShardStreamsReads, FewerItemsAtOnceOnlyWhereTheOrderDoesNotDependOnTheChunk
   EXPECT_EQ(read_items(false, Dispatch::kBroadcast, 5000), 5000);
 }
 
+TEST(JobDefaults, QueuedPacketsSpanOneRoundOfAWorkersReads) {
+  // A worker interleaves its logical shards and reads `read_items` of each at a time, so
+  // every read_items rounds its items come at the cost of a read each: in exact order its
+  // queue holds the packets of one such round, 1 to 3.
+  struct Case {
+    const char* what;
+    int samples, bytes;
+    bool shuffle, exact;
+    uint32_t chunk_items, workers;
+    Dispatch dispatch;
+    uint32_t expected;
+  };
+  const Case cases[] = {
+      // 4 logical shards, one worker: a round is 4 x read_items items; packets of 128.
+      {"shuffled chunks of 10: 40 items a round", 200, 100, true, true, 10, 1, Dispatch::kNone, 1},
+      {"shuffled chunks of 40: 160 items", 200, 100, true, true, 40, 1, Dispatch::kNone, 2},
+      {"shuffled chunks of 100: 400 items, at most 3", 200, 100, true, true, 100, 1,
+       Dispatch::kNone, 3},
+      {"two workers: 2 x 40 items", 200, 100, true, true, 40, 2, Dispatch::kNone, 1},
+      {"in order, pieces of 3 items", 200, 100, false, true, 3, 1, Dispatch::kNone, 1},
+      // Packets of 100 KiB samples end at 4 MiB: 41 items.
+      {"100 KiB samples, chunks of 12: 48 items", 25, 100 << 10, true, true, 12, 1, Dispatch::kNone,
+       2},
+      {"100 KiB samples, chunks of 10: 40 items", 25, 100 << 10, true, true, 10, 1, Dispatch::kNone,
+       1},
+      {"any order: nothing waits for a lagging worker", 200, 100, true, false, 100, 1,
+       Dispatch::kNone, 1},
+      {"a dispatcher's routes", 200, 100, false, true, 3, 1, Dispatch::kRoundRobin, 3},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    testing::TempDir tmp;
+    JobSpec spec;
+    spec.samples = c.samples;
+    spec.bytes = c.bytes;
+    spec.topology = Topology{1, c.workers};
+    spec.plan.shuffle = c.shuffle;
+    spec.plan.logical_shards = 4;
+    spec.plan.chunk_items = c.chunk_items;
+    spec.exact_order = c.exact;
+    spec.dispatch = c.dispatch;
+    auto job = make_test_job(tmp.path(), spec);
+    ASSERT_NE(job, nullptr);
+    if (!c.shuffle && c.dispatch == Dispatch::kNone) {
+      ASSERT_EQ(job->read_items, c.chunk_items);
+    }
+    EXPECT_EQ(job->default_prefetch_packets(), c.expected);
+  }
+}
+
 TEST_F(ShardStreamsTest, WithoutShuffleAStreamReadsInPiecesSmallerThanAChunk) {
   // The same items in the same order as chunk by chunk, each piece named and read once,
   // and a resumed shard starts inside a piece.
