@@ -117,10 +117,10 @@ struct LoaderOptions {
   bool prefetch_eager = false;
   // Packets queued per worker (each up to 128 items or 4 MiB). Each also holds the chunks
   // its items were read from until they are collated. 0 (the default) lets the job choose:
-  // in exact order the packets of one round of a worker's reads, 1 to 3 (1 for small samples
-  // read in order, 3 with shuffle); 1 in any order; 3 with a dispatcher
-  // (actors/state/job.h JobData::default_prefetch_packets, docs/performance.md "Packets
-  // queued per worker"). Cluster::prefetch_packets() says what a job uses.
+  // in exact order the packets of one round of a worker's reads, 1 to 3 (on 64 shards of
+  // 4 KiB samples and 2 workers, 1 read in order and 3 shuffled); 1 in any order; 3 with a
+  // dispatcher (actors/state/job.h JobData::default_prefetch_packets, docs/performance.md
+  // "Packets queued per worker"). Cluster::prefetch_packets() says what a job uses.
   uint32_t prefetch_packets = 0;
   // What the job takes from the process (actors/env.h); null = Env::Default(). Its file
   // system serves every source and receives checkpoints: by default local paths, http://,
