@@ -73,24 +73,34 @@ TEST_F(ClusterTest, TwoRanksDeliverEverySampleOncePerEpoch) {
 }
 
 TEST_F(ClusterTest, PacketsQueuedPerWorkerAreTheJobsUnlessSet) {
-  opt_.prefetch_packets = 0;  // the default: chosen from the job
-  {
+  // Each worker's channel (exact order: one per worker) holds the packets the job says.
+  opt_.plan.logical_shards = 6;
+  opt_.plan.chunk_items = 20;
+  auto run = [&](uint32_t asked) -> uint32_t {
+    opt_.prefetch_packets = asked;
     auto cluster = Cluster::start(opt_, {0});
-    ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
-    const uint32_t chosen = (*cluster)->prefetch_packets();
-    EXPECT_GE(chosen, 1u);
-    EXPECT_LE(chosen, 3u);
+    EXPECT_TRUE(cluster.is_ok()) << cluster.status().to_string();
+    if (!cluster.is_ok()) return 0;
+    const uint32_t used = (*cluster)->prefetch_packets();
     auto loader = (*cluster)->loader(0);
-    ASSERT_TRUE(loader.is_ok()) << loader.status().to_string();
-    ASSERT_TRUE((*loader)->start_epoch(0).is_ok());
+    EXPECT_TRUE(loader.is_ok()) << loader.status().to_string();
+    if (!loader.is_ok()) return 0;
+    EXPECT_TRUE((*loader)->start_epoch(0).is_ok());
+    size_t workers = 0;
+    for (const auto& a : (*cluster)->snapshot()) {
+      if (a.role != "worker") continue;
+      ++workers;
+      EXPECT_EQ(a.queue_capacity, used) << "worker " << a.worker;
+    }
+    EXPECT_EQ(workers, 3u);
     Status error;
     EXPECT_EQ(drain(**loader, &error).size(), 120u);
     EXPECT_TRUE(error.is_ok()) << error.to_string();
-  }
-  opt_.prefetch_packets = 5;
-  auto cluster = Cluster::start(opt_, {0});
-  ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
-  EXPECT_EQ((*cluster)->prefetch_packets(), 5u);
+    return used;
+  };
+  const uint32_t chosen = run(0);  // the default: chosen from the job
+  EXPECT_EQ(chosen, 1u) << "2 shuffled logical shards a worker, chunks of 20: 40 items a round";
+  EXPECT_EQ(run(5), 5u);
 }
 
 // A file system that counts the reads made outside a worker thread (current_worker() null).
