@@ -17,18 +17,22 @@ bool JobData::collates_from_files() const {
   return items > 0 && range / items >= unread_field_bytes;
 }
 
+uint64_t JobData::shards_per_worker() const {
+  const uint64_t lanes = uint64_t{topology.ranks} * topology.workers;
+  return (shards.count() + lanes - 1) / lanes;
+}
+
+uint64_t JobData::items_per_packet(uint64_t mean_payload) const {
+  return std::min<uint64_t>(packet_items, packet_bytes / std::max<uint64_t>(1, mean_payload) + 1);
+}
+
 uint32_t JobData::default_prefetch_packets() const {
   constexpr uint32_t kMost = 3;
   if (dispatch != Dispatch::kNone) return kMost;
   if (!exact_order) return 1;
-  // The items of one packet: packet_items, or fewer where their mean payload fills
-  // packet_bytes first (actors/state/worker_core.cc Packer).
-  const uint64_t mean =
-      std::max<uint64_t>(1, manifest->payload_bytes() / std::max<uint64_t>(1, index.num_items()));
-  const uint64_t per_packet = std::min<uint64_t>(packet_items, packet_bytes / mean + 1);
-  const uint64_t lanes = uint64_t{topology.ranks} * topology.workers;
-  const uint64_t per_worker = (shards.count() + lanes - 1) / lanes;
-  const uint64_t round = uint64_t{read_items} * per_worker;
+  const uint64_t per_packet =
+      items_per_packet(manifest->payload_bytes() / std::max<uint64_t>(1, index.num_items()));
+  const uint64_t round = uint64_t{read_items} * shards_per_worker();
   return static_cast<uint32_t>(
       std::clamp<uint64_t>((round + per_packet - 1) / per_packet, 1, kMost));
 }

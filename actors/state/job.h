@@ -65,6 +65,11 @@ struct JobData {
   // the workers (unread_field_bytes) make up the job's samples, local tar shards whose
   // samples are that long on average, read by the workers themselves.
   bool collates_from_files() const;
+  // Logical shards each worker of a rank interleaves (rounded up).
+  uint64_t shards_per_worker() const;
+  // Items in one data-plane packet of items of `mean_payload` bytes: packet_items, or
+  // fewer where that many reach packet_bytes first (actors/state/worker_core.cc Packer).
+  uint64_t items_per_packet(uint64_t mean_payload) const;
   // Packets each worker queues for its loader where LoaderOptions::prefetch_packets is 0.
   // In exact order a worker whose channel is full sleeps while the loader waits for the
   // other workers' items, so its queue must span the rhythm of its reads: a stream reads

@@ -255,9 +255,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
     // Without `reads` every tar source is a local .tar, whose large members are then walked.
     const bool walked = job.collates_from_files();
     if (items > 0 && (reads || (chunk < job.reader.map_threshold_bytes && !walked))) {
-      const uint64_t per_worker =
-          (job.shards.count() + uint64_t{workers} * job.topology.ranks - 1) /
-          (uint64_t{workers} * job.topology.ranks);
+      const uint64_t per_worker = job.shards_per_worker();
       const bool small_reads = job.read_items < job.plan.chunk_items;
       const uint64_t data = small_reads ? chunk * (per_worker + 2)
                                         : 2 * chunk * (per_worker + 2) + held_of(copied + 256);
@@ -269,8 +267,7 @@ Result<std::shared_ptr<WorkerLaunch>> WorkerLaunch::create(const JobData& job,
                                 : std::max(smallest, std::min<uint64_t>(data, 256ull << 20));
     }
   }
-  const uint64_t packet_items =
-      std::min<uint64_t>(job.packet_items, job.packet_bytes / std::max<uint64_t>(1, payload) + 1);
+  const uint64_t packet_items = job.items_per_packet(payload);
   auto packet_of = [&](uint64_t mean) { return packet_items * mean + mean; };
   // At least 1 MiB all the same (the per-item 256 bytes are an estimate of descriptors).
   // Without a data arena, a tar job's arena keeps its floor of 8 MiB.
