@@ -247,11 +247,20 @@ def case_sigkill(tmp):
     deadline = time.monotonic() + 30
     while victim is None and time.monotonic() < deadline:
         time.sleep(0.2)
-        for pid, cmd in leftovers(tmp):
-            if cmd.startswith(base.ARGS.shardyard + " run") and "--epochs 100000" in cmd:
+        ranks = {pid for pid, cmd in leftovers(tmp)
+                 if cmd.startswith(base.ARGS.shardyard + " run") and "--epochs 100000" in cmd}
+        for pid in ranks:
+            try:
                 with open(f"/proc/{pid}/environ", "rb") as f:
-                    if b"RANK=1" in f.read().split(b"\0"):
-                        victim = pid
+                    rank_1 = b"RANK=1" in f.read().split(b"\0")
+                with open(f"/proc/{pid}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            # A child of a rank with the rank's command line is no rank: ThreadSanitizer
+            # forks one to run its symbolizer, and it runs the rank's binary until it execs.
+            if rank_1 and parent not in ranks:
+                victim = pid
     check(victim is not None, "rank 1 never started")
     if victim is None:
         launcher.kill()

@@ -115,12 +115,26 @@ def fork_servers_of(pid):
     return [c for c in children(pid) if alive(c) and comm(c) == FORK_SERVER]
 
 
+def started_as_worker(pid):
+    """Whether `pid` was started as a worker process: its environment names its control
+    socket. A child the rank forked for something else (ThreadSanitizer forks one to run its
+    symbolizer when it matches a suppression) runs the rank's binary until it execs, with
+    the rank's environment."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(v.startswith(b"SHARDYARD_WORKER_FD=") for v in f.read().split(b"\0"))
+    except OSError:
+        return False
+
+
 def workers_of(pid, binary):
-    """The live worker processes of a rank process: the processes running `binary` that it
-    started or that its fork server forked (a sanitizer's symbolizer is a child too)."""
+    """The live worker processes of a rank process: the processes running `binary` that its
+    fork server forked, or that it started by starting the program again."""
     out = []
     for c in children(pid):
         for w in children(c) if comm(c) == FORK_SERVER else [c]:
+            if w == c and not started_as_worker(c):
+                continue
             try:
                 if alive(w) and os.path.realpath(f"/proc/{w}/exe") == os.path.realpath(binary):
                     out.append(w)
