@@ -319,7 +319,7 @@ int run(RunArgs args, Env* env) {
   opt.strict_members = args.strict;
   opt.prefetch_batches = args.prefetch_batches;
   opt.prefetch_eager = args.prefetch_eager;
-  if (args.prefetch_packets > 0) opt.prefetch_packets = args.prefetch_packets;
+  opt.prefetch_packets = args.prefetch_packets;  // 0: chosen from the job
   if (!args.max_sample_bytes.empty()) {
     auto max = parse_byte_size("--max-sample-bytes", args.max_sample_bytes);
     if (!max.is_ok()) {

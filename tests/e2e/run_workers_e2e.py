@@ -132,9 +132,13 @@ def workers_of(pid, binary):
     fork server forked, or that it started by starting the program again."""
     out = []
     for c in children(pid):
-        for w in children(c) if comm(c) == FORK_SERVER else [c]:
-            if w == c and not started_as_worker(c):
-                continue
+        if comm(c) == FORK_SERVER:
+            candidates = children(c)
+        elif started_as_worker(c):
+            candidates = [c]
+        else:
+            continue
+        for w in candidates:
             try:
                 if alive(w) and os.path.realpath(f"/proc/{w}/exe") == os.path.realpath(binary):
                     out.append(w)
